@@ -1,0 +1,75 @@
+/* bench.c: timing, statistics and text/JSON reporting shared by the benchmark suites. */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+uint64_t bench_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static bench_stat stat_of(double* v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  bench_stat s = {v[n / 2], v[n / 10], v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1]};
+  return s;
+}
+
+void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const char* device, const char* backend) {
+  b->opts = o;
+  b->suite = suite;
+  b->rows = 0;
+  if (o->json)
+    printf("{\"suite\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"unit\":\"ns/op\",\"results\":[", suite, backend, device);
+  else
+    printf("devrt bench %s on %s (%s backend); ns per op: median [p10, p90] over rounds\n%-24s %28s %28s %7s %9s\n",
+           suite, device, backend, "op", "devrt", "raw", "ratio", "overhead");
+}
+
+static int timed_round(void* ctx, bench_body fn, int (*sync)(void*), int iters, double* out) {
+  uint64_t t0 = bench_now_ns();
+  if (fn(ctx, iters)) return -1;
+  uint64_t t1 = bench_now_ns();
+  if (sync && sync(ctx)) return -1;
+  *out = (double)(t1 - t0) / iters;
+  return 0;
+}
+
+int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
+               int (*sync)(void*), int iters, int rounds) {
+  double* d = malloc(sizeof(double) * (size_t)rounds * 2);
+  double* r = d + rounds;
+  double warm;
+  int rc = timed_round(ctx, devrt_fn, sync, iters, &warm) || timed_round(ctx, raw_fn, sync, iters, &warm);
+  for (int i = 0; !rc && i < rounds; i++) /* interleave so drift hits both sides alike */
+    rc = (i & 1) ? (timed_round(ctx, raw_fn, sync, iters, &r[i]) || timed_round(ctx, devrt_fn, sync, iters, &d[i]))
+                 : (timed_round(ctx, devrt_fn, sync, iters, &d[i]) || timed_round(ctx, raw_fn, sync, iters, &r[i]));
+  if (rc) {
+    free(d);
+    return -1;
+  }
+  bench_stat sd = stat_of(d, rounds), sr = stat_of(r, rounds);
+  double ratio = sd.median / sr.median, over = sd.median - sr.median;
+  if (b->opts->json)
+    printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
+           "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"overhead_ns\":%.1f}",
+           b->rows ? "," : "", op, iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90, ratio, over);
+  else
+    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f %+8.1f\n", op, sd.median, sd.p10, sd.p90,
+           sr.median, sr.p10, sr.p90, ratio, over);
+  b->rows++;
+  free(d);
+  return 0;
+}
+
+void bench_end(bench_suite* b) {
+  if (b->opts->json) printf("\n]}\n");
+}

@@ -1,0 +1,31 @@
+/* bench.h: the benchmark harness every `devrt bench` suite uses: a devrt operation and the raw
+ * call it wraps, timed in interleaved rounds of the same run; median and spread of ns per op. */
+#ifndef DEVRT_BENCH_H
+#define DEVRT_BENCH_H
+
+#include <stdint.h>
+#include "cli.h"
+
+/* One timed body: performs `iters` operations; returns 0, or -1 after printing why it failed. */
+typedef int (*bench_body)(void* ctx, int iters);
+
+typedef struct bench_stat { double median, p10, p90; } bench_stat;
+
+typedef struct bench_suite {
+  const cli_opts* opts;
+  const char* suite;
+  int rows;
+} bench_suite;
+
+uint64_t bench_now_ns(void);
+
+/* Begins a suite's report: header line (text) or the opening of the JSON document. */
+void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const char* device, const char* backend);
+/* Times devrt_fn and raw_fn over `rounds` interleaved rounds of `iters` ops each (after one
+ * warm-up round of each) and reports ns/op median, p10, p90, the ratio of medians and the
+ * overhead. sync (may be NULL) runs after every round, outside the timed region. */
+int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
+               int (*sync)(void* ctx), int iters, int rounds);
+void bench_end(bench_suite* b);
+
+#endif

@@ -1,0 +1,10 @@
+/* devrt/devrt.h: the umbrella header; includes every public devrt header. */
+#ifndef DEVRT_DEVRT_H
+#define DEVRT_DEVRT_H
+#include "devrt/status.h"
+#include "devrt/runtime.h"
+#include "devrt/stream.h"
+#include "devrt/event.h"
+#include "devrt/memory.h"
+#include "devrt/device.h"
+#endif

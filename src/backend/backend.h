@@ -1,0 +1,103 @@
+/* backend.h: the device layer's one internal interface. The cuda backend (cuda.c) and the host
+ * backend (host.c) each fill a dv_backend vtable; the runtime above calls only through it.
+ * Handles are opaque per backend; every function reports failure through dv_fail. */
+#ifndef DEVRT_BACKEND_H
+#define DEVRT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "devrt/device.h"
+#include "devrt/event.h"
+#include "devrt/memory.h"
+#include "devrt/runtime.h"
+#include "../core/error.h"
+
+typedef struct dv_dev dv_dev;         /* one opened device */
+typedef struct dv_stream dv_stream;   /* CUstream / host worker */
+typedef struct dv_event dv_event;     /* CUevent / host fence */
+typedef struct dv_module dv_module;   /* CUmodule / host kernel table */
+typedef struct dv_kernel dv_kernel;   /* CUfunction / host kernel entry */
+typedef struct dv_green dv_green;     /* CUgreenCtx / host worker slice */
+
+typedef struct dv_dim3 { unsigned x, y, z; } dv_dim3;
+
+/* A host-backend kernel: run once per block of the grid. args are CUDA-style kernelParams. */
+typedef struct dv_host_grid { dv_dim3 block_idx, grid_dim, block_dim; } dv_host_grid;
+typedef void (*dv_host_kernel_fn)(const dv_host_grid* g, void** args);
+typedef struct dv_host_kernel_def {
+  const char* name;
+  dv_host_kernel_fn fn;
+  unsigned nargs;
+  unsigned arg_size[8];  /* bytes of each argument, so a launch can copy them */
+} dv_host_kernel_def;
+
+/* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails. */
+typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_OPS_ } dv_fault_op;
+
+typedef struct dv_backend {
+  const char* name;
+  devrt_status (*device_count)(int* out);
+  devrt_status (*device_open)(const devrt_config* cfg, dv_dev** out);
+  void (*device_close)(dv_dev* d);
+  devrt_status (*device_info)(dv_dev* d, devrt_device_info* out);
+
+  /* green: NULL for the whole device (primary context) */
+  devrt_status (*stream_create)(dv_dev* d, dv_green* green, int priority, dv_stream** out);
+  void (*stream_destroy)(dv_dev* d, dv_stream* s);
+  devrt_status (*stream_sync)(dv_stream* s);
+  void* (*stream_native)(dv_stream* s);
+
+  devrt_status (*event_create)(dv_dev* d, unsigned flags, dv_event** out);
+  void (*event_destroy)(dv_dev* d, dv_event* e);
+  devrt_status (*event_record)(dv_event* e, dv_stream* s);
+  devrt_status (*stream_wait)(dv_stream* s, dv_event* e);
+  devrt_status (*event_query)(dv_event* e, bool* complete);
+  devrt_status (*event_sync)(dv_event* e);
+  devrt_status (*host_func)(dv_stream* s, devrt_host_fn fn, void* user);
+
+  devrt_status (*pool_alloc)(dv_dev* d, size_t size, dv_stream* s, void** out);
+  devrt_status (*pool_free)(dv_dev* d, void* p, dv_stream* s);
+  devrt_status (*pool_stats)(dv_dev* d, devrt_pool_stats* out);
+  devrt_status (*pool_trim)(dv_dev* d, size_t keep);
+  devrt_status (*pool_reset_high)(dv_dev* d);
+  devrt_status (*mem_alloc)(dv_dev* d, size_t size, void** out);
+  devrt_status (*mem_free)(dv_dev* d, void* p);
+  devrt_status (*memset_async)(dv_stream* s, void* p, int byte, size_t size);
+  devrt_status (*memcpy_async)(dv_stream* s, void* dst, const void* src, size_t size);
+
+  /* image NULL: devrt's embedded kernels (the fatbin on cuda, the host table on host) */
+  devrt_status (*module_load)(dv_dev* d, const void* image, dv_module** out);
+  void (*module_unload)(dv_dev* d, dv_module* m);
+  devrt_status (*kernel_get)(dv_module* m, const char* name, dv_kernel** out);
+  devrt_status (*launch)(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim3 block,
+                         unsigned shmem, void** args);
+
+  devrt_status (*split_query)(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out);
+  /* A green context (host: a worker slice) of the first group of one split of min_sms. */
+  devrt_status (*green_create)(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out,
+                               unsigned* granted_sms);
+  void (*green_destroy)(dv_dev* d, dv_green* g);
+
+  void (*fault_arm)(dv_dev* d, dv_fault_op op, unsigned nth); /* nth 0 disarms */
+} dv_backend;
+
+extern const dv_backend dv_host_backend;
+#ifdef DEVRT_HAVE_CUDA
+extern const dv_backend dv_cuda_backend;
+#endif
+
+/* Host kernels shipped with devrt (kernels/host_kernels.c). */
+extern const dv_host_kernel_def dv_host_kernels[];
+extern const unsigned dv_host_kernel_count;
+
+/* Counts down an armed fault; true when this call must fail. */
+#include <stdatomic.h>
+static inline bool dv_fault_hit(_Atomic unsigned* counter) {
+  unsigned n = atomic_load_explicit(counter, memory_order_relaxed);
+  while (n != 0) {
+    if (atomic_compare_exchange_weak(counter, &n, n - 1)) return n == 1;
+  }
+  return false;
+}
+
+#endif

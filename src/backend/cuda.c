@@ -1,0 +1,420 @@
+/* cuda.c: the cuda backend of the device layer: primary context per ordinal, streams, events,
+ * devrt's own stream-ordered pool, modules and launches, SM splits and green contexts.
+ * Stream-ordered calls take the context from their stream and never touch the caller's current
+ * context; calls that need one push the primary (or green) context and pop it again. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../driver/cuda_driver.h"
+#include "backend.h"
+
+extern const unsigned char devrt_fatbin[]; /* kernels/fatbin.S: the embedded kernels */
+
+struct dv_dev {
+  const dv_driver* d;
+  CUdevice dev;
+  CUcontext ctx;
+  CUmemoryPool pool;
+  devrt_device_info info;
+};
+
+struct dv_green {
+  CUgreenCtx g;
+  CUcontext ctx;
+};
+
+/* Fault injection counters are process-wide: stream and event handles are the driver's own. */
+static _Atomic unsigned faults[DV_FAULT_OPS_];
+static const dv_driver* D; /* set by the first device_open; the driver table is process-wide */
+
+#define CU(call, ...)                                                              \
+  do {                                                                             \
+    CUresult r_ = (call);                                                          \
+    if (DV_UNLIKELY(r_ != CUDA_SUCCESS)) return dv_cu_fail(r_, __VA_ARGS__);       \
+  } while (0)
+
+static devrt_status push(dv_dev* d, CUcontext ctx) {
+  CU(D->cuCtxPushCurrent(ctx ? ctx : d->ctx), "cuCtxPushCurrent", "(device %d)", d->info.ordinal);
+  return DEVRT_OK;
+}
+static void pop(void) {
+  CUcontext c;
+  D->cuCtxPopCurrent(&c);
+}
+
+static devrt_status cu_device_count(int* out) {
+  const dv_driver* d;
+  devrt_status s = dv_driver_get(&d);
+  if (s == DEVRT_ERR_NO_DEVICE) { *out = 0; return DEVRT_OK; }
+  DV_CHECK(s);
+  CU(d->cuDeviceGetCount(out), "cuDeviceGetCount", "(counting devices)");
+  return DEVRT_OK;
+}
+
+static int attr(dv_dev* d, CUdevice_attribute a) {
+  int v = 0;
+  D->cuDeviceGetAttribute(&v, a, d->dev);
+  return v;
+}
+
+static devrt_status sm_resource(dv_dev* d, CUdevResource* res) {
+  memset(res, 0, sizeof *res);
+  if (!D->has_green) return dv_fail(DEVRT_ERR_UNSUPPORTED, "green contexts: the driver (%d) lacks them (CUDA 12.4+)", D->version);
+  CU(D->cuDeviceGetDevResource(d->dev, res, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource", "(device %d)", d->info.ordinal);
+  return DEVRT_OK;
+}
+
+static void fill_info(dv_dev* d, const devrt_config* cfg) {
+  devrt_device_info* i = &d->info;
+  i->ordinal = cfg->ordinal;
+  D->cuDeviceGetName(i->name, sizeof i->name, d->dev);
+  i->cc_major = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  i->cc_minor = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  i->sm_count = attr(d, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  size_t total = 0;
+  D->cuDeviceTotalMem(&total, d->dev);
+  i->total_memory = total;
+  i->driver_version = D->version;
+  i->memory_pools = D->has_pools && attr(d, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+  CUdevResource res;
+  i->green_contexts = sm_resource(d, &res) == DEVRT_OK && res.sm.smCount > 0;
+  i->green_ctx_streams = i->green_contexts && D->has_green_streams;
+  i->structured_split = i->green_contexts && D->has_structured_split;
+  i->min_partition_sms = i->green_contexts ? res.sm.minSmPartitionSize : 0;
+  i->sm_alignment = i->green_contexts ? res.sm.smCoscheduledAlignment : 0;
+  if (push(d, NULL) == DEVRT_OK) {
+    D->cuCtxGetStreamPriorityRange(&i->priority_least, &i->priority_greatest);
+    pop();
+  }
+}
+
+static devrt_status create_pool(dv_dev* d, const devrt_config* cfg) {
+  CUmemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = d->dev;
+  CU(D->cuMemPoolCreate(&d->pool, &props), "cuMemPoolCreate", "(device %d)", cfg->ordinal);
+  cuuint64_t threshold = cfg->pool_release_threshold;
+  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+     "cuMemPoolSetAttribute", "(RELEASE_THRESHOLD %llu)", (unsigned long long)threshold);
+  return DEVRT_OK;
+}
+
+static void cu_device_close(dv_dev* d) {
+  if (!d) return;
+  if (d->pool) D->cuMemPoolDestroy(d->pool);
+  if (d->ctx) D->cuDevicePrimaryCtxRelease(d->dev);
+  free(d);
+}
+
+static devrt_status cu_device_open(const devrt_config* cfg, dv_dev** out) {
+  DV_CHECK(dv_driver_get(&D));
+  int n = 0;
+  CU(D->cuDeviceGetCount(&n), "cuDeviceGetCount", "(counting devices)");
+  if (cfg->ordinal < 0 || cfg->ordinal >= n)
+    return dv_fail(DEVRT_ERR_NO_DEVICE, "cuda device_open: ordinal %d, but %d CUDA device(s)", cfg->ordinal, n);
+  dv_dev* d = calloc(1, sizeof *d);
+  if (!d) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "cuda device_open: out of host memory");
+  d->d = D;
+  CUresult r = D->cuDeviceGet(&d->dev, cfg->ordinal);
+  if (r == CUDA_SUCCESS) r = D->cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+  if (r != CUDA_SUCCESS) {
+    free(d);
+    return dv_cu_fail(r, "cuDevicePrimaryCtxRetain", "(device %d)", cfg->ordinal);
+  }
+  fill_info(d, cfg);
+  if (d->info.memory_pools) {
+    devrt_status s = create_pool(d, cfg);
+    if (s != DEVRT_OK) { cu_device_close(d); return s; }
+  }
+  *out = d;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_device_info(dv_dev* d, devrt_device_info* out) {
+  *out = d->info;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_stream_create(dv_dev* d, dv_green* g, int priority, dv_stream** out) {
+  CUstream s;
+  if (g && D->has_green_streams) {
+    CU(D->cuGreenCtxStreamCreate(&s, g->g, CU_STREAM_NON_BLOCKING, priority), "cuGreenCtxStreamCreate", "(priority %d)", priority);
+  } else {
+    DV_CHECK(push(d, g ? g->ctx : NULL));
+    CUresult r = D->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, priority);
+    pop();
+    if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuStreamCreateWithPriority", "(priority %d)", priority);
+  }
+  *out = (dv_stream*)s;
+  return DEVRT_OK;
+}
+
+static void cu_stream_destroy(dv_dev* d, dv_stream* s) {
+  (void)d;
+  D->cuStreamSynchronize((CUstream)s);
+  D->cuStreamDestroy((CUstream)s);
+}
+
+static devrt_status cu_stream_sync(dv_stream* s) {
+  CU(D->cuStreamSynchronize((CUstream)s), "cuStreamSynchronize", "(stream %p)", (void*)s);
+  return DEVRT_OK;
+}
+
+static void* cu_stream_native(dv_stream* s) { return s; }
+
+static devrt_status cu_event_create(dv_dev* d, unsigned flags, dv_event** out) {
+  unsigned f = (flags & DEVRT_EVENT_TIMING) ? 0 : CU_EVENT_DISABLE_TIMING;
+  if (flags & DEVRT_EVENT_BLOCKING_SYNC) f |= CU_EVENT_BLOCKING_SYNC;
+  DV_CHECK(push(d, NULL));
+  CUevent e;
+  CUresult r = D->cuEventCreate(&e, f);
+  pop();
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuEventCreate", "(flags 0x%x)", f);
+  *out = (dv_event*)e;
+  return DEVRT_OK;
+}
+
+static void cu_event_destroy(dv_dev* d, dv_event* e) {
+  (void)d;
+  D->cuEventDestroy((CUevent)e);
+}
+
+static devrt_status cu_event_record(dv_event* e, dv_stream* s) {
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_EVENT_RECORD])))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuEventRecord: injected fault");
+  CU(D->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", "(event %p, stream %p)", (void*)e, (void*)s);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_stream_wait(dv_stream* s, dv_event* e) {
+  CU(D->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent", "(stream %p, event %p)", (void*)s, (void*)e);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_event_query(dv_event* e, bool* complete) {
+  CUresult r = D->cuEventQuery((CUevent)e);
+  *complete = r == CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return DEVRT_OK;
+  return dv_cu_fail(r, "cuEventQuery", "(event %p)", (void*)e);
+}
+
+static devrt_status cu_event_sync(dv_event* e) {
+  CU(D->cuEventSynchronize((CUevent)e), "cuEventSynchronize", "(event %p)", (void*)e);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
+  CU(D->cuLaunchHostFunc((CUstream)s, fn, user), "cuLaunchHostFunc", "(stream %p)", (void*)s);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
+  if (DV_UNLIKELY(!d->pool)) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_alloc: device %d has no memory pools", d->info.ordinal);
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_ALLOC])))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "cuMemAllocFromPoolAsync: injected fault (%zu bytes)", size);
+  CUdeviceptr p;
+  CU(D->cuMemAllocFromPoolAsync(&p, size, d->pool, (CUstream)s), "cuMemAllocFromPoolAsync", "(%zu bytes, device %d)", size, d->info.ordinal);
+  *out = (void*)(uintptr_t)p;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
+  (void)d;
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_FREE])))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuMemFreeAsync: injected fault (%p)", p);
+  CU(D->cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, (CUstream)s), "cuMemFreeAsync", "(%p)", p);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_pool_stats(dv_dev* d, devrt_pool_stats* out) {
+  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_stats: device %d has no memory pools", d->info.ordinal);
+  static const CUmemPool_attribute attrs[5] = {
+      CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+      CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD};
+  uint64_t* fields[5] = {&out->used_current, &out->used_high, &out->reserved_current, &out->reserved_high,
+                         &out->release_threshold};
+  for (int i = 0; i < 5; i++) {
+    cuuint64_t v = 0;
+    CU(D->cuMemPoolGetAttribute(d->pool, attrs[i], &v), "cuMemPoolGetAttribute", "(attribute %d)", (int)attrs[i]);
+    *fields[i] = v;
+  }
+  return DEVRT_OK;
+}
+
+static devrt_status cu_pool_trim(dv_dev* d, size_t keep) {
+  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_trim: device %d has no memory pools", d->info.ordinal);
+  CU(D->cuMemPoolTrimTo(d->pool, keep), "cuMemPoolTrimTo", "(keep %zu)", keep);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_pool_reset_high(dv_dev* d) {
+  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_reset_high: device %d has no memory pools", d->info.ordinal);
+  cuuint64_t zero = 0;
+  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero), "cuMemPoolSetAttribute", "(USED_MEM_HIGH)");
+  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero), "cuMemPoolSetAttribute", "(RESERVED_MEM_HIGH)");
+  return DEVRT_OK;
+}
+
+static devrt_status cu_mem_alloc(dv_dev* d, size_t size, void** out) {
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_ALLOC])))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "cuMemAlloc: injected fault (%zu bytes)", size);
+  DV_CHECK(push(d, NULL));
+  CUdeviceptr p;
+  CUresult r = D->cuMemAlloc(&p, size);
+  pop();
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuMemAlloc", "(%zu bytes, device %d)", size, d->info.ordinal);
+  *out = (void*)(uintptr_t)p;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_mem_free(dv_dev* d, void* p) {
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_FREE])))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuMemFree: injected fault (%p)", p);
+  DV_CHECK(push(d, NULL));
+  CUresult r = D->cuMemFree((CUdeviceptr)(uintptr_t)p);
+  pop();
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuMemFree", "(%p)", p);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_memset_async(dv_stream* s, void* p, int byte, size_t size) {
+  CU(D->cuMemsetD8Async((CUdeviceptr)(uintptr_t)p, (unsigned char)byte, size, (CUstream)s), "cuMemsetD8Async", "(%p, %zu bytes)", p, size);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
+  CU(D->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size, (CUstream)s), "cuMemcpyAsync", "(%p <- %p, %zu bytes)", dst, src, size);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_module_load(dv_dev* d, const void* image, dv_module** out) {
+  DV_CHECK(push(d, NULL));
+  CUmodule m;
+  CUresult r = D->cuModuleLoadData(&m, image ? image : devrt_fatbin);
+  pop();
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuModuleLoadData", "(%s image, device %d)", image ? "user" : "embedded", d->info.ordinal);
+  *out = (dv_module*)m;
+  return DEVRT_OK;
+}
+
+static void cu_module_unload(dv_dev* d, dv_module* m) {
+  if (push(d, NULL) != DEVRT_OK) return;
+  D->cuModuleUnload((CUmodule)m);
+  pop();
+}
+
+static devrt_status cu_kernel_get(dv_module* m, const char* name, dv_kernel** out) {
+  CUfunction f;
+  CU(D->cuModuleGetFunction(&f, (CUmodule)m, name), "cuModuleGetFunction", "(\"%s\")", name);
+  *out = (dv_kernel*)f;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_launch(dv_stream* s, dv_kernel* k, dv_dim3 g, dv_dim3 b, unsigned shmem, void** args) {
+  CU(D->cuLaunchKernel((CUfunction)k, g.x, g.y, g.z, b.x, b.y, b.z, shmem, (CUstream)s, args, NULL),
+     "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u)", g.x, g.y, g.z, b.x, b.y, b.z, shmem);
+  return DEVRT_OK;
+}
+
+static unsigned split_flags(unsigned flags) {
+  return (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING) ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0;
+}
+
+/* One SplitByCount of the whole device; groups may be NULL (count only) or hold *n entries. */
+static devrt_status split(dv_dev* d, unsigned min_sms, unsigned flags, CUdevResource* groups, unsigned* n,
+                          CUdevResource* rem) {
+  CUdevResource res;
+  DV_CHECK(sm_resource(d, &res));
+  if (min_sms > res.sm.smCount)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "split: %u SMs asked, device %d has %u", min_sms, d->info.ordinal, res.sm.smCount);
+  memset(rem, 0, sizeof *rem);
+  CU(D->cuDevSmResourceSplitByCount(groups, n, &res, rem, split_flags(flags), min_sms),
+     "cuDevSmResourceSplitByCount", "(min %u SMs, flags 0x%x, device %d)", min_sms, flags, d->info.ordinal);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_split_query(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out) {
+  CUdevResource one, rem;
+  unsigned n = 0;
+  DV_CHECK(split(d, min_sms, flags, NULL, &n, &rem)); /* the group count */
+  unsigned k = 1;
+  DV_CHECK(split(d, min_sms, flags, &one, &k, &rem)); /* one group gives its size */
+  out->groups = n;
+  out->sms_per_group = n ? one.sm.smCount : 0;
+  out->remainder_sms = (unsigned)d->info.sm_count - n * out->sms_per_group;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_green_create(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out, unsigned* granted) {
+  CUdevResource group, rem;
+  unsigned n = 1;
+  DV_CHECK(split(d, min_sms, flags, &group, &n, &rem));
+  CUdevResourceDesc desc;
+  CU(D->cuDevResourceGenerateDesc(&desc, &group, 1), "cuDevResourceGenerateDesc", "(%u SMs)", group.sm.smCount);
+  dv_green* g = calloc(1, sizeof *g);
+  if (!g) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "green_create: out of host memory");
+  CUresult r = D->cuGreenCtxCreate(&g->g, desc, d->dev, CU_GREEN_CTX_DEFAULT_STREAM);
+  CUdevResource got;
+  memset(&got, 0, sizeof got);
+  if (r == CUDA_SUCCESS) r = D->cuCtxFromGreenCtx(&g->ctx, g->g);
+  if (r == CUDA_SUCCESS) r = D->cuGreenCtxGetDevResource(g->g, &got, CU_DEV_RESOURCE_TYPE_SM);
+  if (r != CUDA_SUCCESS) {
+    if (g->g) D->cuGreenCtxDestroy(g->g);
+    free(g);
+    return dv_cu_fail(r, "cuGreenCtxCreate", "(%u SMs, device %d)", group.sm.smCount, d->info.ordinal);
+  }
+  *granted = got.sm.smCount;
+  *out = g;
+  return DEVRT_OK;
+}
+
+static void cu_green_destroy(dv_dev* d, dv_green* g) {
+  (void)d;
+  D->cuGreenCtxDestroy(g->g);
+  free(g);
+}
+
+static void cu_fault_arm(dv_dev* d, dv_fault_op op, unsigned nth) {
+  (void)d;
+  atomic_store(&faults[op], nth);
+}
+
+const dv_backend dv_cuda_backend = {
+    .name = "cuda",
+    .device_count = cu_device_count,
+    .device_open = cu_device_open,
+    .device_close = cu_device_close,
+    .device_info = cu_device_info,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .stream_sync = cu_stream_sync,
+    .stream_native = cu_stream_native,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait = cu_stream_wait,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .host_func = cu_host_func,
+    .pool_alloc = cu_pool_alloc,
+    .pool_free = cu_pool_free,
+    .pool_stats = cu_pool_stats,
+    .pool_trim = cu_pool_trim,
+    .pool_reset_high = cu_pool_reset_high,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .memset_async = cu_memset_async,
+    .memcpy_async = cu_memcpy_async,
+    .module_load = cu_module_load,
+    .module_unload = cu_module_unload,
+    .kernel_get = cu_kernel_get,
+    .launch = cu_launch,
+    .split_query = cu_split_query,
+    .green_create = cu_green_create,
+    .green_destroy = cu_green_destroy,
+    .fault_arm = cu_fault_arm,
+};

@@ -1,0 +1,606 @@
+/* host.c: the host backend (dv_host_backend): devrt's device operations on the CPU. Owns the
+ * host device, one worker thread per stream draining a FIFO of ops, events as fences (stream,
+ * sequence), the counted host pool, and the builtin host kernel launcher. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "backend.h"
+
+/* Every allocation carries a 256-byte header in front of the returned pointer. */
+#define HDR ((size_t)256)
+enum { MAGIC_POOL = 0x504f4f4cu, MAGIC_MEM = 0x4d454d21u };
+typedef struct hdr { uint64_t size; uint32_t magic; } hdr;
+
+struct dv_dev {
+  int ordinal;
+  unsigned workers;
+  uint64_t release_threshold;
+  _Atomic uint64_t used, high;             /* pool bytes handed out (rounded sizes) */
+  _Atomic unsigned faults[DV_FAULT_OPS_];  /* armed fault countdowns */
+};
+
+struct dv_green { unsigned first, count; };  /* a slice of the device's workers */
+struct dv_module { const dv_host_kernel_def* table; unsigned count; };
+
+typedef enum op_kind { OP_FN, OP_WAIT, OP_FREE, OP_MEMSET, OP_MEMCPY, OP_LAUNCH } op_kind;
+
+typedef struct op {
+  struct op* next;
+  op_kind kind;
+  union {
+    struct { devrt_host_fn fn; void* user; } fn;
+    struct { dv_stream* s; uint64_t target; } wait;  /* holds a reference on s */
+    struct { dv_dev* d; void* p; } free;
+    struct { void* p; int byte; size_t size; } set;
+    struct { void* dst; const void* src; size_t size; } cpy;
+    struct { const dv_host_kernel_def* def; dv_dim3 grid, block; void* argv[8]; } run;
+  } u;
+  max_align_t args[];  /* OP_LAUNCH: the kernel arguments, copied at enqueue */
+} op;
+
+struct dv_stream {
+  dv_dev* dev;
+  dv_green* green;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work;          /* the worker waits here for ops or stop */
+  pthread_cond_t done;          /* syncs and fences wait here for `completed` to advance */
+  op *head, *tail;              /* FIFO, under mu */
+  uint64_t submitted;           /* ops enqueued, under mu */
+  _Atomic uint64_t completed;   /* ops finished; written under mu, read lock-free */
+  bool stop;                    /* under mu */
+  _Atomic unsigned refs;        /* the stream's owner + events and waits that name it */
+};
+
+/* A fence: reached when s->completed >= target. s NULL: never recorded. */
+struct dv_event {
+  pthread_mutex_t mu;
+  dv_stream* s;  /* holds a reference, so the fence outlives the stream */
+  uint64_t target;
+};
+
+/* ---- streams and fences ---- */
+
+static void stream_ref(dv_stream* s) { atomic_fetch_add(&s->refs, 1); }
+
+static void stream_unref(dv_stream* s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  pthread_cond_destroy(&s->done);
+  pthread_cond_destroy(&s->work);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+static bool fence_reached(dv_stream* s, uint64_t target) {
+  return atomic_load(&s->completed) >= target;
+}
+
+static void fence_wait(dv_stream* s, uint64_t target) {
+  pthread_mutex_lock(&s->mu);
+  while (!fence_reached(s, target)) pthread_cond_wait(&s->done, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void used_add(dv_dev* d, uint64_t n) {
+  uint64_t now = atomic_fetch_add(&d->used, n) + n;
+  uint64_t high = atomic_load(&d->high);
+  while (high < now && !atomic_compare_exchange_weak(&d->high, &high, now)) {
+  }
+}
+
+static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
+
+static void run_op(op* o) {
+  switch (o->kind) {
+    case OP_FN: o->u.fn.fn(o->u.fn.user); break;
+    case OP_WAIT:
+      fence_wait(o->u.wait.s, o->u.wait.target);
+      stream_unref(o->u.wait.s);
+      break;
+    case OP_FREE: {
+      hdr* h = header_of(o->u.free.p);
+      uint64_t size = h->size;
+      h->magic = 0;
+      free(h);
+      atomic_fetch_sub(&o->u.free.d->used, size);
+      break;
+    }
+    case OP_MEMSET: memset(o->u.set.p, o->u.set.byte, o->u.set.size); break;
+    case OP_MEMCPY: memmove(o->u.cpy.dst, o->u.cpy.src, o->u.cpy.size); break;
+    case OP_LAUNCH: {
+      dv_host_grid g = {.grid_dim = o->u.run.grid, .block_dim = o->u.run.block};
+      for (unsigned z = 0; z < g.grid_dim.z; z++)
+        for (unsigned y = 0; y < g.grid_dim.y; y++)
+          for (unsigned x = 0; x < g.grid_dim.x; x++) {
+            g.block_idx = (dv_dim3){x, y, z};
+            o->u.run.def->fn(&g, o->u.run.argv);
+          }
+      break;
+    }
+  }
+}
+
+static void* worker_main(void* arg) {
+  dv_stream* s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+    op* o = s->head;
+    if (!o) break; /* stopped and drained */
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    run_op(o);
+    free(o);
+    pthread_mutex_lock(&s->mu);
+    atomic_fetch_add(&s->completed, 1);
+    pthread_cond_broadcast(&s->done);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static devrt_status op_new(op_kind kind, size_t extra, const char* who, op** out) {
+  op* o = calloc(1, sizeof *o + extra);
+  if (!o) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "%s: out of host memory for a stream op", who);
+  o->kind = kind;
+  *out = o;
+  return DEVRT_OK;
+}
+
+static void enqueue(dv_stream* s, op* o) {
+  pthread_mutex_lock(&s->mu);
+  if (s->tail) s->tail->next = o;
+  else s->head = o;
+  s->tail = o;
+  s->submitted++;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- device ---- */
+
+static devrt_status host_device_count(int* out) {
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_count: out is NULL");
+  const char* v = getenv("DEVRT_HOST_DEVICES");
+  if (!v || !*v) {
+    *out = 1;
+    return DEVRT_OK;
+  }
+  char* end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || *end || n < 1 || n > DEVRT_MAX_ORDINALS)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_count: DEVRT_HOST_DEVICES '%s' is not 1..%d",
+                   v, DEVRT_MAX_ORDINALS);
+  *out = (int)n;
+  return DEVRT_OK;
+}
+
+static devrt_status host_device_open(const devrt_config* cfg, dv_dev** out) {
+  if (!cfg || !out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_open: cfg or out is NULL");
+  if (cfg->ordinal < 0 || (unsigned)cfg->ordinal >= cfg->host_devices)
+    return dv_fail(DEVRT_ERR_NO_DEVICE, "host device_open: ordinal %d out of range (%u host devices)",
+                   cfg->ordinal, cfg->host_devices);
+  if (cfg->host_workers == 0)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_open: host_workers is 0");
+  dv_dev* d = calloc(1, sizeof *d);
+  if (!d) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host device_open: out of host memory");
+  d->ordinal = cfg->ordinal;
+  d->workers = cfg->host_workers;
+  d->release_threshold = cfg->pool_release_threshold;
+  *out = d;
+  return DEVRT_OK;
+}
+
+static void host_device_close(dv_dev* d) { free(d); }
+
+static devrt_status host_device_info(dv_dev* d, devrt_device_info* out) {
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_info: out is NULL");
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "devrt host device %d", d->ordinal);
+  out->ordinal = d->ordinal;
+  out->sm_count = (int)d->workers;
+  out->total_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  out->memory_pools = true;
+  out->green_contexts = true;
+  out->green_ctx_streams = true;
+  out->structured_split = false;
+  out->min_partition_sms = 1;
+  out->sm_alignment = 1;
+  out->priority_least = 0;
+  out->priority_greatest = -1;
+  return DEVRT_OK;
+}
+
+/* ---- streams ---- */
+
+static devrt_status host_stream_create(dv_dev* d, dv_green* green, int priority, dv_stream** out) {
+  (void)priority; /* the host has no stream priorities */
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_create: out is NULL");
+  dv_stream* s = calloc(1, sizeof *s);
+  if (!s) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: out of host memory");
+  s->dev = d;
+  s->green = green;
+  atomic_init(&s->completed, 0);
+  atomic_init(&s->refs, 1);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->done, NULL);
+  /* Workers take no asynchronous signals: those belong to the application's threads. */
+  sigset_t block, old;
+  sigfillset(&block);
+  int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++) sigdelset(&block, sync_signals[i]);
+  pthread_sigmask(SIG_SETMASK, &block, &old);
+  int rc = pthread_create(&s->thread, NULL, worker_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    stream_unref(s);
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: pthread_create failed (errno %d)", rc);
+  }
+  *out = s;
+  return DEVRT_OK;
+}
+
+static void host_stream_destroy(dv_dev* d, dv_stream* s) {
+  (void)d;
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = true; /* the worker drains the queue, then exits */
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  stream_unref(s);
+}
+
+static devrt_status host_stream_sync(dv_stream* s) {
+  if (!s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_sync: stream is NULL");
+  pthread_mutex_lock(&s->mu);
+  uint64_t target = s->submitted;
+  while (!fence_reached(s, target)) pthread_cond_wait(&s->done, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  return DEVRT_OK;
+}
+
+static void* host_stream_native(dv_stream* s) { return s; }
+
+/* ---- events ---- */
+
+static devrt_status host_event_create(dv_dev* d, unsigned flags, dv_event** out) {
+  (void)d, (void)flags; /* blocking/timing flags mean nothing here: syncs always block */
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_create: out is NULL");
+  dv_event* e = calloc(1, sizeof *e);
+  if (!e) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host event_create: out of host memory");
+  pthread_mutex_init(&e->mu, NULL);
+  *out = e;
+  return DEVRT_OK;
+}
+
+static void host_event_destroy(dv_dev* d, dv_event* e) {
+  (void)d;
+  if (!e) return;
+  if (e->s) stream_unref(e->s);
+  pthread_mutex_destroy(&e->mu);
+  free(e);
+}
+
+static devrt_status host_event_record(dv_event* e, dv_stream* s) {
+  if (!e || !s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_record: event or stream is NULL");
+  if (dv_fault_hit(&s->dev->faults[DV_FAULT_EVENT_RECORD]))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host event_record: injected fault");
+  stream_ref(s);
+  pthread_mutex_lock(&e->mu);
+  dv_stream* old = e->s;
+  pthread_mutex_lock(&s->mu);
+  e->target = s->submitted;
+  pthread_mutex_unlock(&s->mu);
+  e->s = s;
+  pthread_mutex_unlock(&e->mu);
+  if (old) stream_unref(old);
+  return DEVRT_OK;
+}
+
+/* Snapshots e's fence with a reference on its stream; false if never recorded. */
+static bool event_snapshot(dv_event* e, dv_stream** s, uint64_t* target) {
+  pthread_mutex_lock(&e->mu);
+  *s = e->s;
+  *target = e->target;
+  if (*s) stream_ref(*s);
+  pthread_mutex_unlock(&e->mu);
+  return *s != NULL;
+}
+
+static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
+  if (!s || !e) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_wait: stream or event is NULL");
+  dv_stream* fs;
+  uint64_t target;
+  if (!event_snapshot(e, &fs, &target)) return DEVRT_OK;
+  if (fs == s || fence_reached(fs, target)) { /* already ordered */
+    stream_unref(fs);
+    return DEVRT_OK;
+  }
+  op* o = NULL;
+  devrt_status st = op_new(OP_WAIT, 0, "host stream_wait", &o);
+  if (st != DEVRT_OK) {
+    stream_unref(fs);
+    return st;
+  }
+  o->u.wait.s = fs; /* the op owns the reference */
+  o->u.wait.target = target;
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+static devrt_status host_event_query(dv_event* e, bool* complete) {
+  if (!e || !complete) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_query: event or out is NULL");
+  pthread_mutex_lock(&e->mu);
+  *complete = !e->s || fence_reached(e->s, e->target);
+  pthread_mutex_unlock(&e->mu);
+  return DEVRT_OK;
+}
+
+static devrt_status host_event_sync(dv_event* e) {
+  if (!e) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_sync: event is NULL");
+  dv_stream* s;
+  uint64_t target;
+  if (!event_snapshot(e, &s, &target)) return DEVRT_OK;
+  fence_wait(s, target);
+  stream_unref(s);
+  return DEVRT_OK;
+}
+
+static devrt_status host_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
+  if (!s || !fn) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host host_func: stream or fn is NULL");
+  op* o = NULL;
+  DV_CHECK(op_new(OP_FN, 0, "host host_func", &o));
+  o->u.fn.fn = fn;
+  o->u.fn.user = user;
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+/* ---- memory ---- */
+
+static devrt_status host_alloc(dv_dev* d, size_t size, uint32_t magic, const char* who, void** out) {
+  if (!out || size == 0) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: size %zu or out NULL", who, size);
+  if (dv_fault_hit(&d->faults[DV_FAULT_ALLOC]))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: injected allocation fault (size %zu)", who, size);
+  size_t rounded = size > SIZE_MAX - 2 * HDR ? 0 : (size + HDR - 1) & ~(HDR - 1);
+  unsigned char* base = rounded ? aligned_alloc(HDR, rounded + HDR) : NULL;
+  if (!base) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory (size %zu)", who, size);
+  hdr* h = (hdr*)base;
+  h->size = rounded;
+  h->magic = magic;
+  *out = base + HDR;
+  return DEVRT_OK;
+}
+
+static devrt_status host_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
+  (void)s; /* allocated at once: usable by everything ordered after this call */
+  DV_CHECK(host_alloc(d, size, MAGIC_POOL, "host pool_alloc", out));
+  used_add(d, header_of(*out)->size);
+  return DEVRT_OK;
+}
+
+static devrt_status host_pool_free(dv_dev* d, void* p, dv_stream* s) {
+  if (dv_fault_hit(&d->faults[DV_FAULT_FREE]))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host pool_free: injected fault (ptr %p)", p);
+  if (!p || !s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_free: ptr or stream is NULL");
+  if (header_of(p)->magic != MAGIC_POOL)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_free: %p is not a live pool allocation", p);
+  op* o = NULL;
+  DV_CHECK(op_new(OP_FREE, 0, "host pool_free", &o));
+  o->u.free.d = d;
+  o->u.free.p = p;
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+static devrt_status host_pool_stats(dv_dev* d, devrt_pool_stats* out) {
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_stats: out is NULL");
+  out->used_current = out->reserved_current = atomic_load(&d->used);
+  out->used_high = out->reserved_high = atomic_load(&d->high);
+  out->release_threshold = d->release_threshold;
+  return DEVRT_OK;
+}
+
+static devrt_status host_pool_trim(dv_dev* d, size_t keep) {
+  (void)d, (void)keep; /* nothing cached: freed blocks went back to libc */
+  return DEVRT_OK;
+}
+
+static devrt_status host_pool_reset_high(dv_dev* d) {
+  atomic_store(&d->high, atomic_load(&d->used));
+  return DEVRT_OK;
+}
+
+static devrt_status host_mem_alloc(dv_dev* d, size_t size, void** out) {
+  return host_alloc(d, size, MAGIC_MEM, "host mem_alloc", out);
+}
+
+static devrt_status host_mem_free(dv_dev* d, void* p) {
+  if (dv_fault_hit(&d->faults[DV_FAULT_FREE]))
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host mem_free: injected fault (ptr %p)", p);
+  if (!p) return DEVRT_OK;
+  hdr* h = header_of(p);
+  if (h->magic != MAGIC_MEM)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host mem_free: %p is not a live mem_alloc block", p);
+  h->magic = 0;
+  free(h);
+  return DEVRT_OK;
+}
+
+static devrt_status host_memset_async(dv_stream* s, void* p, int byte, size_t size) {
+  if (!s || (!p && size)) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host memset_async: stream or ptr is NULL");
+  if (size == 0) return DEVRT_OK;
+  op* o = NULL;
+  DV_CHECK(op_new(OP_MEMSET, 0, "host memset_async", &o));
+  o->u.set.p = p;
+  o->u.set.byte = byte;
+  o->u.set.size = size;
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+static devrt_status host_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
+  if (!s || ((!dst || !src) && size))
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host memcpy_async: stream, dst or src is NULL");
+  if (size == 0) return DEVRT_OK;
+  op* o = NULL;
+  DV_CHECK(op_new(OP_MEMCPY, 0, "host memcpy_async", &o));
+  o->u.cpy.dst = dst;
+  o->u.cpy.src = src;
+  o->u.cpy.size = size;
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+/* ---- modules and kernels ---- */
+
+static devrt_status host_module_load(dv_dev* d, const void* image, dv_module** out) {
+  (void)d;
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host module_load: out is NULL");
+  if (image) return dv_fail(DEVRT_ERR_UNSUPPORTED, "host module_load: host backend loads no CUDA images");
+  dv_module* m = malloc(sizeof *m);
+  if (!m) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host module_load: out of host memory");
+  m->table = dv_host_kernels;
+  m->count = dv_host_kernel_count;
+  *out = m;
+  return DEVRT_OK;
+}
+
+static void host_module_unload(dv_dev* d, dv_module* m) {
+  (void)d;
+  free(m);
+}
+
+static devrt_status host_kernel_get(dv_module* m, const char* name, dv_kernel** out) {
+  if (!m || !name || !out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host kernel_get: NULL argument");
+  for (unsigned i = 0; i < m->count; i++)
+    if (strcmp(m->table[i].name, name) == 0) {
+      *out = (dv_kernel*)(uintptr_t)&m->table[i];
+      return DEVRT_OK;
+    }
+  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host kernel_get: no kernel named '%s'", name);
+}
+
+static size_t arg_slot(unsigned size) { /* bytes an argument takes in the op, kept aligned */
+  return (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+}
+
+static devrt_status host_launch(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim3 block,
+                                unsigned shmem, void** args) {
+  (void)shmem; /* blocks run on one thread: no shared memory to size */
+  const dv_host_kernel_def* def = (const dv_host_kernel_def*)(const void*)k;
+  if (!s || !def) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: stream or kernel is NULL");
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: zero dimension (grid %ux%ux%u, block %ux%ux%u)",
+                   def->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  if (def->nargs > 8 || (def->nargs && !args))
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args NULL or nargs %u > 8", def->name, def->nargs);
+  size_t bytes = 0;
+  for (unsigned i = 0; i < def->nargs; i++) {
+    if (!args[i]) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args[%u] is NULL", def->name, i);
+    bytes += arg_slot(def->arg_size[i]);
+  }
+  op* o = NULL;
+  DV_CHECK(op_new(OP_LAUNCH, bytes, "host launch", &o));
+  o->u.run.def = def;
+  o->u.run.grid = grid;
+  o->u.run.block = block;
+  unsigned char* at = (unsigned char*)o->args;
+  for (unsigned i = 0; i < def->nargs; i++) { /* copied now, like CUDA's kernelParams */
+    memcpy(at, args[i], def->arg_size[i]);
+    o->u.run.argv[i] = at;
+    at += arg_slot(def->arg_size[i]);
+  }
+  enqueue(s, o);
+  return DEVRT_OK;
+}
+
+/* ---- worker slices (green contexts) ---- */
+
+static devrt_status check_split(dv_dev* d, unsigned* min_sms, const char* who) {
+  if (*min_sms == 0) *min_sms = 1;
+  if (*min_sms > d->workers)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: min_sms %u exceeds the device's %u host workers", who,
+                   *min_sms, d->workers);
+  return DEVRT_OK;
+}
+
+static devrt_status host_split_query(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out) {
+  (void)flags;
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split_query: out is NULL");
+  DV_CHECK(check_split(d, &min_sms, "host split_query"));
+  out->groups = d->workers / min_sms;
+  out->sms_per_group = min_sms;
+  out->remainder_sms = d->workers - out->groups * min_sms;
+  return DEVRT_OK;
+}
+
+static devrt_status host_green_create(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out,
+                                      unsigned* granted_sms) {
+  (void)flags;
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host green_create: out is NULL");
+  DV_CHECK(check_split(d, &min_sms, "host green_create"));
+  dv_green* g = malloc(sizeof *g);
+  if (!g) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host green_create: out of host memory");
+  g->first = 0; /* the first group of the split */
+  g->count = min_sms;
+  if (granted_sms) *granted_sms = min_sms;
+  *out = g;
+  return DEVRT_OK;
+}
+
+static void host_green_destroy(dv_dev* d, dv_green* g) {
+  (void)d;
+  free(g);
+}
+
+static void host_fault_arm(dv_dev* d, dv_fault_op which, unsigned nth) {
+  if ((unsigned)which < DV_FAULT_OPS_) atomic_store(&d->faults[which], nth);
+}
+
+const dv_backend dv_host_backend = {
+    .name = "host",
+    .device_count = host_device_count,
+    .device_open = host_device_open,
+    .device_close = host_device_close,
+    .device_info = host_device_info,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .stream_native = host_stream_native,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .stream_wait = host_stream_wait,
+    .event_query = host_event_query,
+    .event_sync = host_event_sync,
+    .host_func = host_host_func,
+    .pool_alloc = host_pool_alloc,
+    .pool_free = host_pool_free,
+    .pool_stats = host_pool_stats,
+    .pool_trim = host_pool_trim,
+    .pool_reset_high = host_pool_reset_high,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .memset_async = host_memset_async,
+    .memcpy_async = host_memcpy_async,
+    .module_load = host_module_load,
+    .module_unload = host_module_unload,
+    .kernel_get = host_kernel_get,
+    .launch = host_launch,
+    .split_query = host_split_query,
+    .green_create = host_green_create,
+    .green_destroy = host_green_destroy,
+    .fault_arm = host_fault_arm,
+};

@@ -1,0 +1,27 @@
+/* error.h: how devrt code fails: set the thread's last-error message and return the status.
+ * DV_FAIL(status, "call: what (values)") is the one way every layer reports an error. */
+#ifndef DEVRT_CORE_ERROR_H
+#define DEVRT_CORE_ERROR_H
+
+#include "devrt/status.h"
+
+#if defined(__GNUC__)
+#define DV_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define DV_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DV_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DV_PRINTF(a, b)
+#define DV_LIKELY(x) (x)
+#define DV_UNLIKELY(x) (x)
+#endif
+
+/* Sets the thread's last error to the formatted message and returns `status`. */
+devrt_status dv_fail(devrt_status status, const char* fmt, ...) DV_PRINTF(2, 3);
+
+#define DV_CHECK(expr)                    \
+  do {                                    \
+    devrt_status dv_s_ = (expr);          \
+    if (DV_UNLIKELY(dv_s_ != DEVRT_OK)) return dv_s_; \
+  } while (0)
+
+#endif

@@ -1,0 +1,257 @@
+/* runtime.c: configuration (defaults + DEVRT_* env), backend choice, and the runtimes: one
+ * process-wide runtime per ordinal created on first use, plus owned runtimes for embedding. */
+#include "runtime.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEVRT_VERSION_STRING "0.1.0"
+
+const char* devrt_version(void) { return DEVRT_VERSION_STRING; }
+
+int devrt_built_with_cuda(void) {
+#ifdef DEVRT_HAVE_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+/* ---- configuration ---- */
+
+static devrt_status env_u64(const char* name, uint64_t lo, uint64_t hi, uint64_t* out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return DEVRT_OK;
+  char* end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 0);
+  if (errno || *end || v[0] == '-' || x < lo || x > hi)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: %s=\"%s\" is not a number in [%" PRIu64 ", %" PRIu64 "]", name, v, lo, hi);
+  *out = x;
+  return DEVRT_OK;
+}
+
+devrt_status devrt_config_init(devrt_config* cfg) {
+  DV_ARG_CHECK(cfg, "devrt_config_init", "cfg is NULL");
+  memset(cfg, 0, sizeof *cfg);
+  cfg->backend = DEVRT_BACKEND_AUTO;
+  cfg->stream_pool_size = 16;
+  cfg->pool_release_threshold = DEVRT_RELEASE_KEEP_ALL;
+  cfg->host_workers = 8;
+  cfg->host_devices = 1;
+  const char* b = getenv("DEVRT_BACKEND");
+  if (b && *b) {
+    if (!strcmp(b, "auto")) cfg->backend = DEVRT_BACKEND_AUTO;
+    else if (!strcmp(b, "cuda")) cfg->backend = DEVRT_BACKEND_CUDA;
+    else if (!strcmp(b, "host")) cfg->backend = DEVRT_BACKEND_HOST;
+    else return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_BACKEND=\"%s\" is not auto, cuda or host", b);
+  }
+  uint64_t v = cfg->stream_pool_size;
+  DV_CHECK(env_u64("DEVRT_STREAMS", 1, DEVRT_MAX_STREAMS, &v));
+  cfg->stream_pool_size = (unsigned)v;
+  DV_CHECK(env_u64("DEVRT_POOL_RELEASE", 0, UINT64_MAX, &cfg->pool_release_threshold));
+  v = cfg->host_workers;
+  DV_CHECK(env_u64("DEVRT_HOST_WORKERS", 1, 1024, &v));
+  cfg->host_workers = (unsigned)v;
+  v = cfg->host_devices;
+  DV_CHECK(env_u64("DEVRT_HOST_DEVICES", 1, DEVRT_MAX_ORDINALS, &v));
+  cfg->host_devices = (unsigned)v;
+  const char* p = getenv("DEVRT_STREAM_PRIORITY");
+  if (p && *p) {
+    char* end;
+    long x = strtol(p, &end, 10);
+    if (*end || x < -64 || x > 64)
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
+    cfg->stream_priority = (int)x;
+  }
+  return DEVRT_OK;
+}
+
+static devrt_status config_check(const devrt_config* c, const char* call) {
+  DV_ARG_CHECK(c, "devrt_config", "%s: cfg is NULL", call);
+  if (c->ordinal < 0 || c->ordinal >= DEVRT_MAX_ORDINALS || (unsigned)c->backend > DEVRT_BACKEND_HOST ||
+      c->stream_pool_size < 1 || c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 ||
+      c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
+                   "host_workers %u in [1,1024], host_devices %u in [1,%d])",
+                   call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size, DEVRT_MAX_STREAMS,
+                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS);
+  return DEVRT_OK;
+}
+
+/* ---- backend choice ---- */
+
+static devrt_status choose_backend(const devrt_config* cfg, const dv_backend** be, char* reason, size_t n) {
+  if (cfg->backend == DEVRT_BACKEND_HOST) {
+    *be = &dv_host_backend;
+    snprintf(reason, n, "host: requested by configuration");
+    return DEVRT_OK;
+  }
+#ifdef DEVRT_HAVE_CUDA
+  int count = 0;
+  devrt_status s = dv_cuda_backend.device_count(&count);
+  if (s == DEVRT_OK && cfg->ordinal < count) {
+    *be = &dv_cuda_backend;
+    snprintf(reason, n, "cuda: %s, %d CUDA device(s) present",
+             cfg->backend == DEVRT_BACKEND_CUDA ? "requested" : "auto found a driver", count);
+    return DEVRT_OK;
+  }
+  if (s == DEVRT_OK)
+    s = dv_fail(DEVRT_ERR_NO_DEVICE, "cuda: no CUDA device at ordinal %d (%d present)", cfg->ordinal, count);
+  if (cfg->backend == DEVRT_BACKEND_CUDA) return s;
+  *be = &dv_host_backend;
+  snprintf(reason, n, "host: auto found no usable cuda device (%s: %s)", devrt_status_name(s), devrt_last_error());
+  return DEVRT_OK;
+#else
+  if (cfg->backend == DEVRT_BACKEND_CUDA)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuda backend requested, but devrt was built without the CUDA toolkit");
+  *be = &dv_host_backend;
+  snprintf(reason, n, "host: devrt was built without the CUDA toolkit");
+  return DEVRT_OK;
+#endif
+}
+
+/* ---- runtimes ---- */
+
+static _Atomic uint64_t next_serial = 1;
+
+static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runtime** out) {
+  const dv_backend* be = NULL;
+  char reason[256];
+  DV_CHECK(choose_backend(cfg, &be, reason, sizeof reason));
+  uint64_t serial = atomic_fetch_add(&next_serial, 1);
+  if (serial >= (1u << 20)) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: more than 2^20 runtimes created in this process");
+  devrt_runtime* rt = calloc(1, sizeof *rt);
+  if (!rt) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory");
+  rt->be = be;
+  rt->cfg = *cfg;
+  rt->serial = serial;
+  rt->owned = owned;
+  memcpy(rt->reason, reason, sizeof reason);
+  devrt_status s = be->device_open(cfg, &rt->dev);
+  if (s == DEVRT_OK) s = be->device_info(rt->dev, &rt->info);
+  if (s == DEVRT_OK && (cfg->stream_priority > rt->info.priority_least || cfg->stream_priority < rt->info.priority_greatest))
+    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_runtime: stream_priority %d outside the device's range [%d, %d]",
+                cfg->stream_priority, rt->info.priority_greatest, rt->info.priority_least);
+  if (s == DEVRT_OK) s = dv_stream_pool_init(rt);
+  if (s != DEVRT_OK) {
+    if (rt->dev) be->device_close(rt->dev);
+    free(rt);
+    return s;
+  }
+  pthread_mutex_init(&rt->events_mu, NULL);
+  atomic_store(&rt->magic, DV_RT_MAGIC);
+  *out = rt;
+  return DEVRT_OK;
+}
+
+devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out) {
+  DV_CHECK(config_check(cfg, "devrt_runtime_create"));
+  DV_ARG_CHECK(out, "devrt_runtime_create", "out is NULL");
+  return runtime_new(cfg, true, out);
+}
+
+devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
+  DV_RT_CHECK(rt, "devrt_runtime_destroy");
+  DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
+  atomic_store(&rt->magic, 0);
+  dv_events_fini(rt);
+  dv_stream_pool_fini(rt);
+  rt->be->device_close(rt->dev);
+  pthread_mutex_destroy(&rt->events_mu);
+  free(rt);
+  return DEVRT_OK;
+}
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(devrt_runtime*) registry[DEVRT_MAX_ORDINALS];
+static devrt_config configured[DEVRT_MAX_ORDINALS];
+static bool has_config[DEVRT_MAX_ORDINALS];
+static _Atomic unsigned creations;
+
+unsigned dv_runtime_creations(void) { return atomic_load(&creations); }
+
+devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
+  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_configure", "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
+  DV_ARG_CHECK(cfg, "devrt_configure", "cfg is NULL");
+  devrt_config c = *cfg;
+  c.ordinal = ordinal;
+  DV_CHECK(config_check(&c, "devrt_configure"));
+  pthread_mutex_lock(&registry_mu);
+  devrt_status s = DEVRT_OK;
+  if (atomic_load(&registry[ordinal]))
+    s = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_configure: the runtime of ordinal %d already exists", ordinal);
+  else {
+    configured[ordinal] = c;
+    has_config[ordinal] = true;
+  }
+  pthread_mutex_unlock(&registry_mu);
+  return s;
+}
+
+devrt_status devrt_runtime_get(int ordinal, devrt_runtime** out) {
+  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_runtime_get", "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
+  DV_ARG_CHECK(out, "devrt_runtime_get", "out is NULL");
+  devrt_runtime* rt = atomic_load_explicit(&registry[ordinal], memory_order_acquire);
+  if (DV_LIKELY(rt)) {
+    *out = rt;
+    return DEVRT_OK;
+  }
+  pthread_mutex_lock(&registry_mu);
+  devrt_status s = DEVRT_OK;
+  rt = atomic_load_explicit(&registry[ordinal], memory_order_relaxed);
+  if (!rt) {
+    devrt_config c;
+    if (has_config[ordinal]) c = configured[ordinal];
+    else s = devrt_config_init(&c);
+    c.ordinal = ordinal;
+    if (s == DEVRT_OK) s = runtime_new(&c, false, &rt);
+    if (s == DEVRT_OK) {
+      atomic_fetch_add(&creations, 1);
+      atomic_store_explicit(&registry[ordinal], rt, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&registry_mu);
+  if (s == DEVRT_OK) *out = rt;
+  return s;
+}
+
+devrt_status devrt_runtime_info_get(devrt_runtime* rt, devrt_runtime_info* out) {
+  DV_RT_CHECK(rt, "devrt_runtime_info_get");
+  DV_ARG_CHECK(out, "devrt_runtime_info_get", "out is NULL");
+  memset(out, 0, sizeof *out);
+  out->ordinal = rt->cfg.ordinal;
+  out->backend = rt->be == &dv_host_backend ? DEVRT_BACKEND_HOST : DEVRT_BACKEND_CUDA;
+  out->backend_name = rt->be->name;
+  memcpy(out->backend_reason, rt->reason, sizeof out->backend_reason);
+  pthread_mutex_lock(&rt->pool_mu);
+  out->stream_pool_size = rt->nslots;
+  out->streams_created = rt->created;
+  out->streams_in_use = rt->in_use;
+  pthread_mutex_unlock(&rt->pool_mu);
+  return DEVRT_OK;
+}
+
+/* ---- device facts ---- */
+
+devrt_status devrt_device_info_get(devrt_runtime* rt, devrt_device_info* out) {
+  DV_RT_CHECK(rt, "devrt_device_info_get");
+  DV_ARG_CHECK(out, "devrt_device_info_get", "out is NULL");
+  *out = rt->info;
+  return DEVRT_OK;
+}
+
+devrt_status devrt_device_split_query(devrt_runtime* rt, unsigned min_sms, unsigned flags, devrt_split_result* out) {
+  DV_RT_CHECK(rt, "devrt_device_split_query");
+  DV_ARG_CHECK(out, "devrt_device_split_query", "out is NULL");
+  DV_ARG_CHECK(!(flags & ~DEVRT_SPLIT_IGNORE_COSCHEDULING), "devrt_device_split_query", "unknown flags 0x%x", flags);
+  if (!rt->info.green_contexts)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "devrt_device_split_query: device %d (%s) has no green contexts", rt->cfg.ordinal, rt->info.name);
+  DV_ARG_CHECK(min_sms <= (unsigned)rt->info.sm_count, "devrt_device_split_query", "%u SMs asked, device %d has %d",
+               min_sms, rt->cfg.ordinal, rt->info.sm_count);
+  return rt->be->split_query(rt->dev, min_sms, flags, out);
+}

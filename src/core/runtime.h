@@ -1,0 +1,85 @@
+/* runtime.h (internal): the runtime object shared by every core file: its backend device, the
+ * stream pool's slot table, and the checks that turn public handles into backend handles. */
+#ifndef DEVRT_CORE_RUNTIME_H
+#define DEVRT_CORE_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "devrt/devrt.h"
+#include "../backend/backend.h"
+
+#define DV_RT_MAGIC 0x64657672745f7274ull /* "devrt_rt" */
+
+/* A stream id: runtime serial (20 bits) | slot (12 bits) | lease number of that slot (32 bits). */
+#define DV_SID_SERIAL(id) ((id) >> 44)
+#define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & 0xfffu)
+#define DV_SID(serial, slot, lease) (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
+
+typedef struct dv_slot {
+  _Atomic uint64_t id; /* the live lease's id; 0 while free */
+  dv_stream* s;        /* created on the slot's first lease, then reused; set before id */
+  uint32_t lease;      /* guarded by pool_mu */
+  unsigned holders;    /* guarded by pool_mu; >1 when shared */
+  int next_free;       /* guarded by pool_mu; -1 ends the list */
+} dv_slot;
+
+struct devrt_runtime {
+  _Atomic uint64_t magic;
+  const dv_backend* be;
+  dv_dev* dev;
+  devrt_config cfg;
+  devrt_device_info info;
+  uint64_t serial;
+  bool owned;
+  char reason[256];
+
+  pthread_mutex_t pool_mu;
+  pthread_cond_t pool_cv;
+  dv_slot* slots;
+  unsigned nslots, created, in_use, share_next;
+  int free_head;
+
+  pthread_mutex_t events_mu;
+  struct devrt_event* events; /* every live event, so destroy frees what users left behind */
+};
+
+/* rt is a live runtime (not NULL, not destroyed). */
+static inline bool dv_rt_ok(devrt_runtime* rt) {
+  return rt && atomic_load_explicit(&rt->magic, memory_order_relaxed) == DV_RT_MAGIC;
+}
+
+devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call);
+
+/* The backend stream of a held id, or INVALID_ARGUMENT for 0, foreign, released or made-up ids.
+ * Lock-free: one acquire load. */
+static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_stream** out,
+                                         const char* call) {
+  unsigned slot = DV_SID_SLOT(id);
+  if (DV_UNLIKELY(DV_SID_SERIAL(id) != rt->serial || slot >= rt->nslots ||
+                  atomic_load_explicit(&rt->slots[slot].id, memory_order_acquire) != id))
+    return dv_stream_refused(rt, id, call);
+  *out = rt->slots[slot].s;
+  return DEVRT_OK;
+}
+
+#define DV_RT_CHECK(rt, call)                                                              \
+  do {                                                                                     \
+    if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                        \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: runtime %p is NULL or destroyed", call, \
+                     (void*)(rt));                                                         \
+  } while (0)
+
+#define DV_ARG_CHECK(cond, call, ...)                                                      \
+  do {                                                                                     \
+    if (DV_UNLIKELY(!(cond))) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": " __VA_ARGS__); \
+  } while (0)
+
+/* Stream pool lifecycle (stream_pool.c). */
+devrt_status dv_stream_pool_init(devrt_runtime* rt);
+void dv_stream_pool_fini(devrt_runtime* rt);
+void dv_events_fini(devrt_runtime* rt);
+
+/* How many process-wide runtimes were created (tests check the race on first use). */
+unsigned dv_runtime_creations(void);
+
+#endif

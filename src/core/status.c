@@ -1,0 +1,26 @@
+/* status.c: status names and the thread-local last-error message. */
+#include <stdarg.h>
+#include <stdio.h>
+#include "error.h"
+
+static _Thread_local char last_error[1024];
+
+static const char* const names[DEVRT_STATUS_COUNT_] = {
+    "OK",          "INVALID_ARGUMENT", "OVER_BUDGET",      "STALE_BLOCK", "INVALID_STATE",
+    "DEVICE_ALLOC_FAILED", "DEPENDENCY_FAILED", "UNSUPPORTED", "NO_DRIVER", "NO_DEVICE",
+    "TIMEOUT",     "ABORTED",          "CANCELLED",        "OUT_OF_RESOURCES", "BACKEND_ERROR",
+};
+
+const char* devrt_status_name(devrt_status s) {
+  return (unsigned)s < DEVRT_STATUS_COUNT_ ? names[s] : "UNKNOWN";
+}
+
+const char* devrt_last_error(void) { return last_error; }
+
+devrt_status dv_fail(devrt_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return status;
+}

@@ -1,0 +1,110 @@
+/* test_bad_input.c: every public call refuses bad input (NULL, zero size, unknown flags, foreign
+ * or dead handles, out-of-range values) with INVALID_ARGUMENT and a message naming the call. */
+#include "test.h"
+
+#define BAD(expr, call)                                               \
+  do {                                                                \
+    CHECK_STATUS(expr, DEVRT_ERR_INVALID_ARGUMENT);                   \
+    CHECK(strstr(devrt_last_error(), call) != NULL);                  \
+  } while (0)
+
+static void noop(void* p) { (void)p; }
+
+int main(void) {
+  devrt_runtime* rt = t_runtime();
+  devrt_runtime* other = t_runtime();
+  devrt_stream s, theirs;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
+  REQUIRE_OK(devrt_stream_acquire(other, DEVRT_ACQUIRE_FAIL, &theirs));
+  devrt_event *ev, *their_ev;
+  REQUIRE_OK(devrt_event_create(rt, 0, &ev));
+  REQUIRE_OK(devrt_event_create(other, 0, &their_ev));
+  devrt_config cfg;
+  void* p = NULL;
+  bool done;
+  devrt_runtime_info ri;
+  devrt_device_info di;
+  devrt_split_result sr;
+  devrt_pool_stats ps;
+
+  BAD(devrt_config_init(NULL), "devrt_config_init");
+  setenv("DEVRT_STREAMS", "lots", 1);
+  BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
+  setenv("DEVRT_STREAMS", "0", 1);
+  BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
+  unsetenv("DEVRT_STREAMS");
+  setenv("DEVRT_BACKEND", "gpu", 1);
+  BAD(devrt_config_init(&cfg), "DEVRT_BACKEND");
+  unsetenv("DEVRT_BACKEND");
+  REQUIRE_OK(devrt_config_init(&cfg));
+  BAD(devrt_configure(-1, &cfg), "devrt_configure");
+  BAD(devrt_configure(DEVRT_MAX_ORDINALS, &cfg), "devrt_configure");
+  BAD(devrt_configure(0, NULL), "devrt_configure");
+  cfg.stream_pool_size = 0;
+  BAD(devrt_configure(0, &cfg), "devrt_configure");
+  BAD(devrt_runtime_create(&cfg, &other), "devrt_runtime_create");
+  REQUIRE_OK(devrt_config_init(&cfg));
+  cfg.backend = (devrt_backend_kind)9;
+  BAD(devrt_runtime_create(&cfg, &other), "devrt_runtime_create");
+  cfg.backend = DEVRT_BACKEND_HOST;
+  cfg.stream_priority = 50;
+  BAD(devrt_runtime_create(&cfg, &other), "stream_priority");
+  BAD(devrt_runtime_create(NULL, &other), "devrt_runtime_create");
+  BAD(devrt_runtime_get(0, NULL), "devrt_runtime_get");
+  BAD(devrt_runtime_destroy(NULL), "devrt_runtime_destroy");
+  BAD(devrt_runtime_info_get(NULL, &ri), "devrt_runtime_info_get");
+  BAD(devrt_runtime_info_get(rt, NULL), "devrt_runtime_info_get");
+  BAD(devrt_device_info_get(NULL, &di), "devrt_device_info_get");
+  BAD(devrt_device_info_get(rt, NULL), "devrt_device_info_get");
+  BAD(devrt_device_split_query(NULL, 8, 0, &sr), "devrt_device_split_query");
+  BAD(devrt_device_split_query(rt, 8, 0, NULL), "devrt_device_split_query");
+  BAD(devrt_device_split_query(rt, 8, 0x80, &sr), "devrt_device_split_query");
+  BAD(devrt_device_split_query(rt, 100000, 0, &sr), "devrt_device_split_query");
+
+  BAD(devrt_stream_acquire(NULL, DEVRT_ACQUIRE_FAIL, &s), "devrt_stream_acquire");
+  BAD(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, NULL), "devrt_stream_acquire");
+  BAD(devrt_stream_release(NULL, s), "devrt_stream_release");
+  BAD(devrt_stream_release(rt, theirs), "devrt_stream_release");
+  BAD(devrt_stream_synchronize(rt, 0), "devrt_stream_synchronize");
+  BAD(devrt_stream_native(rt, s, NULL), "devrt_stream_native");
+  BAD(devrt_stream_native(rt, theirs, &p), "devrt_stream_native");
+  BAD(devrt_stream_host_func(rt, s, NULL, NULL), "devrt_stream_host_func");
+  BAD(devrt_stream_host_func(rt, theirs, noop, NULL), "devrt_stream_host_func");
+
+  BAD(devrt_event_create(NULL, 0, &ev), "devrt_event_create");
+  BAD(devrt_event_create(rt, 0, NULL), "devrt_event_create");
+  BAD(devrt_event_create(rt, 0x100, &ev), "devrt_event_create");
+  BAD(devrt_event_record(rt, NULL, s), "devrt_event_record");
+  BAD(devrt_event_record(rt, their_ev, s), "devrt_event_record");
+  BAD(devrt_event_record(rt, ev, theirs), "devrt_event_record");
+  BAD(devrt_stream_wait_event(rt, theirs, ev), "devrt_stream_wait_event");
+  BAD(devrt_stream_wait_event(rt, s, their_ev), "devrt_stream_wait_event");
+  BAD(devrt_event_query(rt, ev, NULL), "devrt_event_query");
+  BAD(devrt_event_query(rt, their_ev, &done), "devrt_event_query");
+  BAD(devrt_event_synchronize(rt, NULL), "devrt_event_synchronize");
+  BAD(devrt_event_destroy(rt, their_ev), "devrt_event_destroy");
+
+  BAD(devrt_pool_alloc(rt, 0, s, &p), "devrt_pool_alloc");
+  BAD(devrt_pool_alloc(rt, 64, s, NULL), "devrt_pool_alloc");
+  BAD(devrt_pool_alloc(rt, 64, theirs, &p), "devrt_pool_alloc");
+  BAD(devrt_pool_alloc(NULL, 64, s, &p), "devrt_pool_alloc");
+  BAD(devrt_pool_free(rt, NULL, s), "devrt_pool_free");
+  BAD(devrt_pool_stats_get(rt, NULL), "devrt_pool_stats_get");
+  BAD(devrt_pool_stats_get(NULL, &ps), "devrt_pool_stats_get");
+  BAD(devrt_pool_trim(NULL, 0), "devrt_pool_trim");
+  BAD(devrt_pool_reset_high(NULL), "devrt_pool_reset_high");
+  BAD(devrt_mem_alloc(rt, 0, &p), "devrt_mem_alloc");
+  BAD(devrt_mem_alloc(rt, 64, NULL), "devrt_mem_alloc");
+  BAD(devrt_mem_free(rt, NULL), "devrt_mem_free");
+  BAD(devrt_memset_async(rt, NULL, 0, 8, s), "devrt_memset_async");
+  BAD(devrt_memset_async(rt, &p, 0, 0, s), "devrt_memset_async");
+  BAD(devrt_memcpy_async(rt, NULL, &p, 8, s), "devrt_memcpy_async");
+  BAD(devrt_memcpy_async(rt, &p, &p, 0, s), "devrt_memcpy_async");
+  BAD(devrt_memcpy_async(rt, &p, &p, 8, theirs), "devrt_memcpy_async");
+
+  CHECK_OK(devrt_event_destroy(rt, ev));
+  CHECK_OK(devrt_stream_release(rt, s));
+  CHECK_OK(devrt_runtime_destroy(rt));
+  CHECK_OK(devrt_runtime_destroy(other)); /* frees their_ev and theirs, which the test left held */
+  return t_done();
+}

@@ -1,0 +1,43 @@
+/* test_status.c: status names, the thread-local last-error message, and (with the cuda backend
+ * built) the mapping of CUresult values to devrt statuses. */
+#include <pthread.h>
+#include "test.h"
+#ifdef DEVRT_HAVE_CUDA
+#include "driver/cuda_driver.h"
+#endif
+
+static void* other_thread(void* p) {
+  (void)p;
+  CHECK(devrt_last_error()[0] == 0); /* thread-local: another thread's error is not seen here */
+  return NULL;
+}
+
+int main(void) {
+  CHECK(!strcmp(devrt_status_name(DEVRT_OK), "OK"));
+  CHECK(!strcmp(devrt_status_name(DEVRT_ERR_OVER_BUDGET), "OVER_BUDGET"));
+  CHECK(!strcmp(devrt_status_name(DEVRT_ERR_BACKEND_ERROR), "BACKEND_ERROR"));
+  CHECK(!strcmp(devrt_status_name((devrt_status)999), "UNKNOWN"));
+  for (int s = 0; s < DEVRT_STATUS_COUNT_; s++) CHECK(strcmp(devrt_status_name((devrt_status)s), "UNKNOWN"));
+
+  CHECK_STATUS(devrt_runtime_get(-1, NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "devrt_runtime_get") && strstr(devrt_last_error(), "-1"));
+  pthread_t t;
+  pthread_create(&t, NULL, other_thread, NULL);
+  pthread_join(t, NULL);
+
+#ifdef DEVRT_HAVE_CUDA
+  CHECK(dv_cu_status(CUDA_SUCCESS) == DEVRT_OK);
+  CHECK(dv_cu_status(CUDA_ERROR_OUT_OF_MEMORY) == DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  CHECK(dv_cu_status(CUDA_ERROR_INVALID_VALUE) == DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(dv_cu_status(CUDA_ERROR_NO_DEVICE) == DEVRT_ERR_NO_DEVICE);
+  CHECK(dv_cu_status(CUDA_ERROR_NOT_SUPPORTED) == DEVRT_ERR_UNSUPPORTED);
+  CHECK(dv_cu_status(CUDA_ERROR_STUB_LIBRARY) == DEVRT_ERR_NO_DRIVER);
+  CHECK(dv_cu_status(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) == DEVRT_ERR_OUT_OF_RESOURCES);
+  CHECK(dv_cu_status(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION) == DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(dv_cu_status(CUDA_ERROR_ILLEGAL_ADDRESS) == DEVRT_ERR_BACKEND_ERROR);
+  /* The message keeps the failing call and the context (the name needs a driver; the code stays). */
+  CHECK_STATUS(dv_cu_fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "(%d bytes)", 64), DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  CHECK(strstr(devrt_last_error(), "cuMemAlloc") && strstr(devrt_last_error(), "64 bytes"));
+#endif
+  return t_done();
+}

@@ -1,0 +1,12 @@
+/* cli.h: the devrt CLI's commands and their shared options. */
+#ifndef DEVRT_CLI_H
+#define DEVRT_CLI_H
+#include <stdlib.h>
+typedef struct cli_opts {
+  int ordinal;
+  int json;
+  int rounds;
+} cli_opts;
+int cli_info(const cli_opts* o);
+int bench_device(const cli_opts* o);
+#endif

@@ -1,0 +1,73 @@
+/* info.c: `devrt info`: which backend was chosen and why, the device's facts, and the groups a
+ * few SM split sizes would give (the driver's dry run), as text or JSON. */
+#include <stdio.h>
+#include "cli.h"
+#include "devrt/devrt.h"
+
+static const unsigned split_sizes[] = {8, 16, 32, 64};
+#define NSPLIT (sizeof split_sizes / sizeof split_sizes[0])
+
+int cli_info(const cli_opts* o) {
+  devrt_runtime* rt;
+  devrt_status s = devrt_runtime_get(o->ordinal, &rt);
+  if (s != DEVRT_OK) {
+    if (o->json) printf("{\"error\":\"%s\",\"message\":\"%s\"}\n", devrt_status_name(s), devrt_last_error());
+    else fprintf(stderr, "devrt info: %s: %s\n", devrt_status_name(s), devrt_last_error());
+    return 1;
+  }
+  devrt_runtime_info ri;
+  devrt_device_info d;
+  devrt_runtime_info_get(rt, &ri);
+  devrt_device_info_get(rt, &d);
+  devrt_split_result sp[NSPLIT][2];
+  devrt_status ss[NSPLIT][2];
+  for (unsigned i = 0; i < NSPLIT; i++)
+    for (unsigned f = 0; f < 2; f++)
+      ss[i][f] = d.green_contexts && split_sizes[i] <= (unsigned)d.sm_count
+                     ? devrt_device_split_query(rt, split_sizes[i], f ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0, &sp[i][f])
+                     : DEVRT_ERR_UNSUPPORTED;
+  if (o->json) {
+    printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":\"%s\",\n", devrt_version(),
+           devrt_built_with_cuda() ? "true" : "false", ri.backend_name, ri.backend_reason);
+    printf(" \"device\":{\"ordinal\":%d,\"name\":\"%s\",\"compute_capability\":\"%d.%d\",\"sm_count\":%d,"
+           "\"total_memory\":%llu,\"driver_version\":%d,\"memory_pools\":%s,\"green_contexts\":%s,"
+           "\"green_ctx_streams\":%s,\"structured_split\":%s,\"min_partition_sms\":%u,\"sm_alignment\":%u,"
+           "\"stream_priorities\":[%d,%d],\"stream_pool_size\":%u,\n  \"splits\":[",
+           d.ordinal, d.name, d.cc_major, d.cc_minor, d.sm_count, (unsigned long long)d.total_memory, d.driver_version,
+           d.memory_pools ? "true" : "false", d.green_contexts ? "true" : "false", d.green_ctx_streams ? "true" : "false",
+           d.structured_split ? "true" : "false", d.min_partition_sms, d.sm_alignment, d.priority_least,
+           d.priority_greatest, ri.stream_pool_size);
+    int first = 1;
+    for (unsigned i = 0; i < NSPLIT; i++)
+      for (unsigned f = 0; f < 2; f++)
+        if (ss[i][f] == DEVRT_OK) {
+          printf("%s{\"min_sms\":%u,\"ignore_coscheduling\":%s,\"groups\":%u,\"sms_per_group\":%u,\"remainder_sms\":%u}",
+                 first ? "" : ",", split_sizes[i], f ? "true" : "false", sp[i][f].groups, sp[i][f].sms_per_group,
+                 sp[i][f].remainder_sms);
+          first = 0;
+        }
+    printf("]}}\n");
+    return 0;
+  }
+  printf("devrt %s (built %s the cuda backend)\n", devrt_version(), devrt_built_with_cuda() ? "with" : "without");
+  printf("backend: %s\n  why: %s\n", ri.backend_name, ri.backend_reason);
+  printf("device %d: %s\n", d.ordinal, d.name);
+  printf("  compute capability %d.%d, %d SMs, %.1f GiB, driver %d\n", d.cc_major, d.cc_minor, d.sm_count,
+         (double)d.total_memory / (1u << 30), d.driver_version);
+  printf("  memory pools: %s; stream priorities %d (least) .. %d (greatest); stream pool %u\n",
+         d.memory_pools ? "yes" : "no", d.priority_least, d.priority_greatest, ri.stream_pool_size);
+  printf("  green contexts: %s", d.green_contexts ? "yes" : "no");
+  if (d.green_contexts)
+    printf(" (min partition %u SMs, alignment %u; green-ctx streams %s; structured split %s)", d.min_partition_sms,
+           d.sm_alignment, d.green_ctx_streams ? "yes" : "no", d.structured_split ? "yes" : "no (CUDA 13.1)");
+  printf("\n");
+  for (unsigned i = 0; i < NSPLIT; i++)
+    if (ss[i][0] == DEVRT_OK) {
+      printf("  split min %2u SMs -> %2u groups of %u, remainder %u", split_sizes[i], sp[i][0].groups,
+             sp[i][0].sms_per_group, sp[i][0].remainder_sms);
+      if (ss[i][1] == DEVRT_OK)
+        printf(" (ignoring co-scheduling: %u of %u, rem %u)", sp[i][1].groups, sp[i][1].sms_per_group, sp[i][1].remainder_sms);
+      printf("\n");
+    }
+  return 0;
+}

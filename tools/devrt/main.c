@@ -1,0 +1,40 @@
+/* main.c: the devrt command line: `devrt info`, `devrt bench <suite>`; each takes --json. */
+#include <stdio.h>
+#include <string.h>
+#include "cli.h"
+
+static int usage(FILE* f) {
+  fprintf(f,
+          "usage: devrt <command> [options]\n"
+          "  info [--json] [--ordinal N]     backend chosen and why; device facts; SM split dry runs\n"
+          "  bench device [--json] [--ordinal N] [--rounds R]\n"
+          "                                  device-layer calls through devrt vs the raw calls\n"
+          "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
+          "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY\n");
+  return f == stderr ? 2 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
+  cli_opts o = {.ordinal = 0, .json = 0, .rounds = 0};
+  int first = !strcmp(argv[1], "bench") ? 3 : 2;
+  if (first > argc) return usage(stderr);
+  for (int i = first; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) o.json = 1;
+    else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc) o.ordinal = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) o.rounds = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "devrt: unknown option '%s'\n", argv[i]);
+      return usage(stderr);
+    }
+  }
+  if (!strcmp(argv[1], "info")) return cli_info(&o);
+  if (!strcmp(argv[1], "bench")) {
+    if (!strcmp(argv[2], "device")) return bench_device(&o);
+    fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
+    return usage(stderr);
+  }
+  fprintf(stderr, "devrt: unknown command '%s'\n", argv[1]);
+  return usage(stderr);
+}
