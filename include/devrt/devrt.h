@@ -7,4 +7,5 @@
 #include "devrt/event.h"
 #include "devrt/memory.h"
 #include "devrt/device.h"
+#include "devrt/resource.h"
 #endif

@@ -3,6 +3,7 @@
 #ifndef DEVRT_RUNTIME_H
 #define DEVRT_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "devrt/status.h"
@@ -31,6 +32,12 @@ typedef struct devrt_config {
   uint64_t pool_release_threshold;/* DEVRT_POOL_RELEASE: bytes the pool keeps at sync (default keep all) */
   unsigned host_workers;          /* DEVRT_HOST_WORKERS: the host backend's "SM count" (default 8) */
   unsigned host_devices;          /* DEVRT_HOST_DEVICES: how many host devices exist (default 1) */
+  /* The default resource stack (budget -> logging -> statistics -> caching -> async): */
+  uint64_t budget_bytes;          /* DEVRT_BUDGET=bytes: the device budget (0: see budget_percent) */
+  unsigned budget_percent;        /* DEVRT_BUDGET=N%: percent of device memory (default 100) */
+  bool cache;                     /* DEVRT_CACHE=0|1: the caching layer (default on) */
+  const char* log_path;           /* DEVRT_LOG=path: the logging layer, off when NULL */
+  bool log_jsonl;                 /* DEVRT_LOG_FORMAT=csv|jsonl (default csv) */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.

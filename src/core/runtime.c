@@ -42,6 +42,8 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   cfg->pool_release_threshold = DEVRT_RELEASE_KEEP_ALL;
   cfg->host_workers = 8;
   cfg->host_devices = 1;
+  cfg->budget_percent = 100;
+  cfg->cache = true;
   const char* b = getenv("DEVRT_BACKEND");
   if (b && *b) {
     if (!strcmp(b, "auto")) cfg->backend = DEVRT_BACKEND_AUTO;
@@ -59,6 +61,27 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   v = cfg->host_devices;
   DV_CHECK(env_u64("DEVRT_HOST_DEVICES", 1, DEVRT_MAX_ORDINALS, &v));
   cfg->host_devices = (unsigned)v;
+  const char* bud = getenv("DEVRT_BUDGET");
+  if (bud && *bud) {
+    size_t len = strlen(bud);
+    char* end;
+    unsigned long long x = strtoull(bud, &end, 10);
+    if (bud[len - 1] == '%' && end == bud + len - 1 && x >= 1 && x <= 100) cfg->budget_percent = (unsigned)x, cfg->budget_bytes = 0;
+    else if (*end == 0 && bud[0] != '-' && x > 0) cfg->budget_bytes = x;
+    else return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_BUDGET=\"%s\" is neither bytes (> 0) nor a percentage (1%%..100%%)", bud);
+  }
+  const char* c = getenv("DEVRT_CACHE");
+  if (c && *c) {
+    if (strcmp(c, "0") && strcmp(c, "1")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_CACHE=\"%s\" is not 0 or 1", c);
+    cfg->cache = c[0] == '1';
+  }
+  const char* log = getenv("DEVRT_LOG");
+  cfg->log_path = log && *log ? log : NULL;
+  const char* lf = getenv("DEVRT_LOG_FORMAT");
+  if (lf && *lf) {
+    if (strcmp(lf, "csv") && strcmp(lf, "jsonl")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
+    cfg->log_jsonl = lf[0] == 'j';
+  }
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
   if (p && *p) {
     char* end;
@@ -74,12 +97,13 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
   DV_ARG_CHECK(c, "devrt_config", "%s: cfg is NULL", call);
   if (c->ordinal < 0 || c->ordinal >= DEVRT_MAX_ORDINALS || (unsigned)c->backend > DEVRT_BACKEND_HOST ||
       c->stream_pool_size < 1 || c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 ||
-      c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS)
+      c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
+      (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
-                   "host_workers %u in [1,1024], host_devices %u in [1,%d])",
+                   "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] without budget_bytes)",
                    call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size, DEVRT_MAX_STREAMS,
-                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS);
+                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent);
   return DEVRT_OK;
 }
 
@@ -144,6 +168,7 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
     return s;
   }
   pthread_mutex_init(&rt->events_mu, NULL);
+  pthread_mutex_init(&rt->stack_mu, NULL);
   atomic_store(&rt->magic, DV_RT_MAGIC);
   *out = rt;
   return DEVRT_OK;
@@ -158,11 +183,13 @@ devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out) 
 devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_RT_CHECK(rt, "devrt_runtime_destroy");
   DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
+  dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
   dv_events_fini(rt);
   dv_stream_pool_fini(rt);
   rt->be->device_close(rt->dev);
   pthread_mutex_destroy(&rt->events_mu);
+  pthread_mutex_destroy(&rt->stack_mu);
   free(rt);
   return DEVRT_OK;
 }

@@ -41,6 +41,9 @@ struct devrt_runtime {
 
   pthread_mutex_t events_mu;
   struct devrt_event* events; /* every live event, so destroy frees what users left behind */
+
+  pthread_mutex_t stack_mu;
+  _Atomic(devrt_resource*) stack; /* the resource stack, built on first use or set by the user */
 };
 
 /* rt is a live runtime (not NULL, not destroyed). */
@@ -78,6 +81,7 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 void dv_events_fini(devrt_runtime* rt);
+void dv_stack_fini(devrt_runtime* rt);
 
 /* How many process-wide runtimes were created (tests check the race on first use). */
 unsigned dv_runtime_creations(void);

@@ -9,4 +9,5 @@ typedef struct cli_opts {
 } cli_opts;
 int cli_info(const cli_opts* o);
 int bench_device(const cli_opts* o);
+int bench_alloc(const cli_opts* o);
 #endif

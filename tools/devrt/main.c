@@ -9,8 +9,11 @@ static int usage(FILE* f) {
           "  info [--json] [--ordinal N]     backend chosen and why; device facts; SM split dry runs\n"
           "  bench device [--json] [--ordinal N] [--rounds R]\n"
           "                                  device-layer calls through devrt vs the raw calls\n"
+          "  bench alloc [--json] [--ordinal N] [--rounds R]\n"
+          "                                  the resource stack vs the raw pool alloc/free pair\n"
           "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
-          "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY\n");
+          "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, DEVRT_CACHE,\n"
+          "     DEVRT_LOG, DEVRT_LOG_FORMAT\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "info")) return cli_info(&o);
   if (!strcmp(argv[1], "bench")) {
     if (!strcmp(argv[2], "device")) return bench_device(&o);
+    if (!strcmp(argv[2], "alloc")) return bench_alloc(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }

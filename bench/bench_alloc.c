@@ -1,0 +1,218 @@
+/* bench_alloc.c: `devrt bench alloc`: the resource stack against the pool's raw stream-ordered
+ * alloc/free pair (cuMemAllocFromPoolAsync / cuMemFreeAsync on devrt's pool, called through the
+ * backend with no devrt layer), same run: hot pairs, RMM's random_allocations shape, threads, logging. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include "bench.h"
+#include "core/runtime.h"
+
+typedef struct actx {
+  devrt_runtime* rt;
+  devrt_resource* stack; /* the stack under test */
+  devrt_stream s;
+  dv_stream* raw_s;
+  size_t size;
+} actx;
+
+static int fail(const char* what, devrt_status s) {
+  fprintf(stderr, "bench alloc: %s: %s: %s\n", what, devrt_status_name(s), devrt_last_error());
+  return -1;
+}
+#define TRY(what, expr) do { devrt_status s_ = (expr); if (s_ != DEVRT_OK) return fail(what, s_); } while (0)
+
+static int stack_pair(void* p, int n) {
+  actx* c = p;
+  for (int i = 0; i < n; i++) {
+    void* ptr;
+    TRY("allocate", devrt_resource_allocate(c->stack, c->size, c->s, "bench", &ptr));
+    TRY("deallocate", devrt_resource_deallocate(c->stack, ptr, c->size, c->s));
+  }
+  return 0;
+}
+static int raw_pair(void* p, int n) {
+  actx* c = p;
+  for (int i = 0; i < n; i++) {
+    void* ptr;
+    TRY("pool_alloc", c->rt->be->pool_alloc(c->rt->dev, c->size, c->raw_s, &ptr));
+    TRY("pool_free", c->rt->be->pool_free(c->rt->dev, ptr, c->raw_s));
+  }
+  return 0;
+}
+static int sync_reap(void* p) {
+  actx* c = p;
+  TRY("sync", c->rt->be->stream_sync(c->raw_s));
+  TRY("reap", devrt_resource_reap(c->stack, DEVRT_REAP_WAIT, NULL));
+  return 0;
+}
+
+/* ---- RMM's random_allocations: 73% allocate, 27% free a random live block ---- */
+typedef struct rnd { void* p; size_t n; } rnd;
+static uint64_t rng_next(uint64_t* x) { *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17; return *x; }
+
+typedef struct rctx {
+  actx* c;
+  size_t max_size;
+  uint64_t max_live;
+  int steps;
+  rnd* live;
+} rctx;
+
+static int random_run(rctx* r, bool raw) {
+  actx* c = r->c;
+  uint64_t seed = 0x9e3779b97f4a7c15ull, used = 0;
+  int n = 0;
+  for (int i = 0; i < r->steps; i++) {
+    size_t sz = 1 + rng_next(&seed) % r->max_size;
+    bool alloc = rng_next(&seed) % 100 < 73 && used + sz <= r->max_live;
+    if (alloc || n == 0) {
+      if (!alloc) continue;
+      void* p;
+      if (raw) TRY("pool_alloc", c->rt->be->pool_alloc(c->rt->dev, sz, c->raw_s, &p));
+      else TRY("allocate", devrt_resource_allocate(c->stack, sz, c->s, "random", &p));
+      r->live[n++] = (rnd){p, sz};
+      used += sz;
+    } else {
+      int k = (int)(rng_next(&seed) % (uint64_t)n);
+      rnd v = r->live[k];
+      r->live[k] = r->live[--n];
+      if (raw) TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
+      else TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
+      used -= v.n;
+    }
+  }
+  while (n > 0) {
+    rnd v = r->live[--n];
+    if (raw) TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
+    else TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
+  }
+  return 0;
+}
+static int random_stack(void* p, int iters) { (void)iters; return random_run(p, false); }
+static int random_raw(void* p, int iters) { (void)iters; return random_run(p, true); }
+static int random_sync(void* p) { return sync_reap(((rctx*)p)->c); }
+
+/* ---- threads, each on its own stream ---- */
+typedef struct tctx {
+  actx c;
+  bool raw;
+  int iters;
+  pthread_barrier_t* go;
+  int rc;
+} tctx;
+static void* thread_body(void* p) {
+  tctx* t = p;
+  pthread_barrier_wait(t->go);
+  t->rc = t->raw ? raw_pair(&t->c, t->iters) : stack_pair(&t->c, t->iters);
+  return NULL;
+}
+typedef struct mt { actx* base; int threads; tctx* t; pthread_barrier_t go; } mt;
+static int mt_run(mt* m, bool raw, int iters) {
+  pthread_t th[16];
+  pthread_barrier_init(&m->go, NULL, (unsigned)m->threads);
+  for (int i = 0; i < m->threads; i++) {
+    m->t[i].raw = raw, m->t[i].iters = iters, m->t[i].go = &m->go;
+    pthread_create(&th[i], NULL, thread_body, &m->t[i]);
+  }
+  int rc = 0;
+  for (int i = 0; i < m->threads; i++) pthread_join(th[i], NULL), rc |= m->t[i].rc;
+  pthread_barrier_destroy(&m->go);
+  return rc;
+}
+/* Reported per op of all threads together: ns = wall time / (threads * iters). */
+static int mt_stack(void* p, int n) { mt* m = p; return mt_run(m, false, n / m->threads); }
+static int mt_raw(void* p, int n) { mt* m = p; return mt_run(m, true, n / m->threads); }
+static int mt_sync(void* p) {
+  mt* m = p;
+  for (int i = 0; i < m->threads; i++)
+    if (sync_reap(&m->t[i].c)) return -1;
+  return 0;
+}
+
+static devrt_status make_stack(devrt_runtime* rt, bool cache, const char* log_path, uint64_t limit, devrt_resource** out) {
+  devrt_resource *top = NULL, *next = NULL;
+  DV_CHECK(devrt_async_resource_create(rt, &top));
+#define LAYER(call) do { devrt_status s_ = (call); devrt_resource_release(top); if (s_) return s_; top = next; } while (0)
+  if (cache) LAYER(devrt_caching_resource_create(top, NULL, &next));
+  LAYER(devrt_statistics_resource_create(top, &next));
+  if (log_path) {
+    devrt_logging_options lo = {.path = log_path, .format = DEVRT_LOG_CSV};
+    LAYER(devrt_logging_resource_create(top, &lo, &next));
+  }
+  devrt_budget_options bo = {.limit_bytes = limit};
+  LAYER(devrt_budget_create(top, &bo, &next));
+#undef LAYER
+  *out = top;
+  return DEVRT_OK;
+}
+
+int bench_alloc(const cli_opts* o) {
+  actx c;
+  memset(&c, 0, sizeof c);
+  devrt_config cfg; /* 16 threads each on its own stream, plus the main one */
+  TRY("config", devrt_config_init(&cfg));
+  if (cfg.stream_pool_size < 64) cfg.stream_pool_size = 64;
+  TRY("configure", devrt_configure(o->ordinal, &cfg));
+  TRY("runtime", devrt_runtime_get(o->ordinal, &c.rt));
+  bool cuda = strcmp(c.rt->be->name, "cuda") == 0;
+  uint64_t limit = c.rt->info.total_memory / 10 * 9;
+  TRY("acquire", devrt_stream_acquire(c.rt, DEVRT_ACQUIRE_FAIL, &c.s));
+  TRY("raw stream", c.rt->be->stream_create(c.rt->dev, NULL, 0, &c.raw_s));
+  devrt_resource *full, *nocache, *logged;
+  TRY("stack", make_stack(c.rt, true, NULL, limit, &full));
+  TRY("stack", make_stack(c.rt, false, NULL, limit, &nocache));
+  TRY("stack", make_stack(c.rt, true, "/dev/null", limit, &logged));
+  int rounds = o->rounds > 0 ? o->rounds : 21, rc = 0;
+  bench_suite b;
+  bench_begin(&b, o, "alloc", c.rt->info.name, c.rt->be->name);
+  static const size_t hot[] = {256, 64 << 10, 4 << 20};
+  static const char* const names[][3] = {
+      {"hot_256B_full_stack", "hot_64KiB_full_stack", "hot_4MiB_full_stack"},
+      {"hot_256B_no_cache", "hot_64KiB_no_cache", "hot_4MiB_no_cache"}};
+  for (int k = 0; k < 2 && !rc; k++)
+    for (int i = 0; i < 3 && !rc; i++) {
+      c.stack = k ? nocache : full;
+      c.size = hot[i];
+      rc = bench_pair(&b, names[k][i], &c, stack_pair, raw_pair, sync_reap, 1000, rounds);
+    }
+  c.stack = logged, c.size = 64 << 10;
+  if (!rc) rc = bench_pair(&b, "hot_64KiB_logging_on", &c, stack_pair, raw_pair, sync_reap, 1000, rounds);
+
+  static const size_t maxes[] = {1 << 20, 4 << 20, 64 << 20};
+  static const char* const rnames[] = {"random_max_1MiB", "random_max_4MiB", "random_max_64MiB"};
+  int steps = cuda ? 100000 : 20000;
+  rnd* live = malloc(sizeof(rnd) * (size_t)steps);
+  for (int i = 0; i < 3 && !rc; i++) {
+    c.stack = full;
+    rctx r = {&c, maxes[i], cuda ? (8ull << 30) : (512ull << 20), steps, live};
+    rc = bench_pair(&b, rnames[i], &r, random_stack, random_raw, random_sync, steps, cuda ? 5 : 3);
+  }
+  free(live);
+
+  static const int nthreads[] = {1, 4, 8, 16};
+  tctx t[16];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < 16 && !rc; i++) {
+    t[i].c = c;
+    t[i].c.stack = full, t[i].c.size = 64 << 10;
+    TRY("acquire", devrt_stream_acquire(c.rt, DEVRT_ACQUIRE_FAIL, &t[i].c.s));
+    TRY("raw stream", c.rt->be->stream_create(c.rt->dev, NULL, 0, &t[i].c.raw_s));
+  }
+  for (int i = 0; i < 4 && !rc; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "threads_%d_64KiB", nthreads[i]);
+    mt m = {.base = &c, .threads = nthreads[i], .t = t};
+    rc = bench_pair(&b, name, &m, mt_stack, mt_raw, mt_sync, 2000 * nthreads[i], rounds);
+  }
+  bench_end(&b);
+  for (int i = 0; i < 16; i++) {
+    if (t[i].c.s) devrt_stream_release(c.rt, t[i].c.s);
+    if (t[i].c.raw_s) c.rt->be->stream_destroy(c.rt->dev, t[i].c.raw_s);
+  }
+  devrt_resource_release(full);
+  devrt_resource_release(nocache);
+  devrt_resource_release(logged);
+  c.rt->be->stream_destroy(c.rt->dev, c.raw_s);
+  devrt_stream_release(c.rt, c.s);
+  return rc ? 1 : 0;
+}

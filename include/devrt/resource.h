@@ -1,0 +1,167 @@
+/* devrt/resource.h: the device-memory resource interface and devrt's implementations, which
+ * compose as decorators: budget -> logging -> statistics -> caching -> async (the runtime's
+ * default stack), or any other order a caller builds. A decorator holds a reference to its
+ * upstream. All resources are thread-safe. */
+#ifndef DEVRT_RESOURCE_H
+#define DEVRT_RESOURCE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "devrt/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct devrt_resource devrt_resource;
+typedef struct dv_mem_account dv_mem_account; /* devrt-internal shared figures of one stack */
+
+typedef struct devrt_memory_counter {
+  int64_t current, peak, total;
+} devrt_memory_counter;
+
+/* What a resource knows of itself and everything beneath it. Fields a stack has no layer for
+ * stay 0 (limit_bytes 0 means "no budget"). Byte figures are in the sizes the pool really
+ * hands out (rounded to `granularity`). */
+typedef struct devrt_resource_figures {
+  uint64_t live_bytes;      /* allocated and not freed */
+  uint64_t pending_bytes;   /* freed stream-ordered; the free not yet observed complete */
+  uint64_t cached_bytes;    /* held by a caching layer for reuse */
+  uint64_t limit_bytes;     /* the nearest budget's limit (0: none) */
+  uint64_t available_bytes; /* limit - live - pending - cached (budget only) */
+  uint64_t granularity;     /* the pool's allocation granularity in bytes */
+  uint64_t reaped_bytes;    /* total retired by reaps */
+  uint64_t fallbacks;       /* budget fallback callbacks that ran */
+  uint64_t cache_hits, cache_misses;
+  uint64_t log_records, log_dropped;
+  devrt_memory_counter bytes, count; /* statistics layer (overall) */
+} devrt_resource_figures;
+
+enum { DEVRT_REAP_WAIT = 1u }; /* reap: block until every pending free completed */
+
+/* The vtable a resource implements; user resources fill one too (docs/memory.md has an example).
+ * allocate: >= 256-byte aligned memory usable by work on `stream` queued after the call.
+ * deallocate: stream-ordered free of (ptr, size) once work queued on `stream` is done.
+ * query: fill what this layer knows, after asking its upstream.
+ * reap / trim: retire completed frees / give cached bytes back; decorators forward them.
+ * destroy: free the object (its upstream reference is dropped by devrt afterwards). */
+typedef struct devrt_resource_vtable {
+  devrt_status (*allocate)(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out);
+  devrt_status (*deallocate)(devrt_resource* self, void* ptr, size_t size, devrt_stream stream);
+  devrt_status (*query)(devrt_resource* self, devrt_resource_figures* out);
+  devrt_status (*reap)(devrt_resource* self, unsigned flags, uint64_t* reaped);
+  devrt_status (*trim)(devrt_resource* self, uint64_t* released);
+  void (*destroy)(devrt_resource* self);
+} devrt_resource_vtable;
+
+/* The common head of every resource; a user resource embeds it first and calls
+ * devrt_resource_init. Fields are read-only after init. */
+struct devrt_resource {
+  const devrt_resource_vtable* vtable;
+  const char* name;
+  devrt_runtime* rt;
+  devrt_resource* upstream;
+  dv_mem_account* account;
+  _Atomic int refs;
+};
+
+/* Initialises the head: one reference, retains upstream (may be NULL for a leaf), inherits its
+ * account. Thread-safe. */
+devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vtable, const char* name,
+                                 devrt_runtime* rt, devrt_resource* upstream);
+/* Reference counting: the last release destroys the resource, then releases its upstream. */
+devrt_status devrt_resource_retain(devrt_resource* r);
+devrt_status devrt_resource_release(devrt_resource* r);
+
+/* The checked entry points. size 0 is INVALID_ARGUMENT (devrt's policy: a zero-byte request is a
+ * caller bug); tag may be NULL ("untagged") and must outlive the runtime (a string literal). */
+devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out);
+devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream);
+devrt_status devrt_resource_query(devrt_resource* r, devrt_resource_figures* out);
+devrt_status devrt_resource_reap(devrt_resource* r, unsigned flags, uint64_t* reaped);
+devrt_status devrt_resource_trim(devrt_resource* r, uint64_t* released);
+const char* devrt_resource_name(const devrt_resource* r);
+devrt_resource* devrt_resource_upstream(const devrt_resource* r);
+
+/* ---- the runtime's stack ---- */
+
+/* The runtime's resource stack (borrowed: valid while rt lives), built on first use from the
+ * config (DEVRT_BUDGET, DEVRT_CACHE, DEVRT_LOG, DEVRT_LOG_FORMAT): budget -> logging (if on) ->
+ * statistics -> caching (if on) -> async. Thread-safe. */
+devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out);
+/* Installs the caller's stack instead (retained); INVALID_STATE once a stack is in use. */
+devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r);
+/* Retires completed stream-ordered frees of the runtime's stack without blocking, or, with
+ * DEVRT_REAP_WAIT, waits for all of them. *bytes (may be NULL) = bytes retired. Thread-safe. */
+devrt_status devrt_reap_pending(devrt_runtime* rt, unsigned flags, uint64_t* bytes);
+
+/* ---- devrt's resources ---- */
+
+/* Leaf on devrt's stream-ordered pool (cuMemAllocFromPoolAsync / cuMemFreeAsync). Tracks live
+ * and pending bytes; a free stays pending until reap observes an event recorded after it. */
+devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out);
+/* Leaf on synchronous cuMemAlloc / cuMemFree (the stream is only checked). */
+devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out);
+
+typedef struct devrt_caching_options {
+  bool cross_stream_wait;    /* reuse another stream's freed block before its free completed, by
+                                making the allocating stream wait on it (default false) */
+  uint64_t max_cached_bytes; /* above this, frees go upstream (0: no bound) */
+} devrt_caching_options;
+/* Per-stream, size-classed free lists in front of upstream. opts may be NULL (defaults). */
+devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
+                                           devrt_resource** out);
+
+/* Called on OVER_BUDGET or device out-of-memory: return true to retry the allocation once more. */
+typedef bool (*devrt_fallback_fn)(void* user, size_t size, const char* tag, devrt_status why);
+
+typedef struct devrt_budget_options {
+  uint64_t limit_bytes;        /* > 0 */
+  bool wait_for_pending;       /* under pressure, block for pending frees before refusing */
+  devrt_fallback_fn fallback;  /* may be NULL: the error is returned */
+  void* fallback_user;
+} devrt_budget_options;
+/* A byte limit over everything beneath it. Lock-free admission. */
+devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts, devrt_resource** out);
+/* A sub-budget under `parent` (a budget): its allocations count against both; it can never
+ * exceed the parent. */
+devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes, devrt_resource** out);
+
+typedef enum devrt_log_format { DEVRT_LOG_CSV = 0, DEVRT_LOG_JSONL } devrt_log_format;
+typedef struct devrt_log_record {
+  uint64_t thread, time_ns;
+  const char* action; /* "allocate", "allocate failure", "free", "reap" */
+  void* ptr;
+  uint64_t size, stream, generation;
+  const char* tag;
+  devrt_status status;
+} devrt_log_record;
+typedef void (*devrt_log_fn)(void* user, const devrt_log_record* rec);
+typedef struct devrt_logging_options {
+  const char* path;        /* a file, or NULL with a callback */
+  devrt_log_format format;
+  devrt_log_fn callback;   /* may be NULL with a path */
+  void* user;
+  unsigned buffer_records; /* records buffered before a write (default 256) */
+} devrt_logging_options;
+/* Telemetry per allocate, failure, free and reap; never changes the inner result. */
+devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt_logging_options* opts,
+                                           devrt_resource** out);
+/* Writes buffered records out. */
+devrt_status devrt_logging_flush(devrt_resource* logging);
+
+typedef struct devrt_memory_stats {
+  devrt_memory_counter bytes, count;
+} devrt_memory_stats;
+/* Bytes and counts {current, peak, total}, overall and per tag. */
+devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out);
+/* tag NULL: overall. A tag never seen reads as zeros. */
+devrt_status devrt_statistics_get(devrt_resource* stats, const char* tag, devrt_memory_stats* out);
+devrt_status devrt_statistics_reset_peaks(devrt_resource* stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

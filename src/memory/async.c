@@ -1,0 +1,416 @@
+/* async.c: the leaf on the runtime's stream-ordered pool (pool_alloc / pool_free), and the
+ * sharded live-allocation table both leaves use (live_table.h). A free stays pending until a
+ * reap observes an event recorded on its stream after it; events are amortised per batch. */
+#include <stdlib.h>
+#include <string.h>
+#include "../core/runtime.h"
+#include "account.h"
+#include "live_table.h"
+
+/* ---- the live table: 64 shards, each a mutex over an open-addressing (linear probing) array ---- */
+
+enum { SHARDS = 64 };
+
+typedef struct entry {
+  void* p; /* NULL: empty */
+  size_t size;
+  uint64_t rounded;
+  const char* tag;
+  int claimed;
+} entry;
+
+typedef struct shard {
+  _Alignas(64) pthread_mutex_t mu; /* a cache line apart from its neighbours */
+  entry* e;
+  size_t cap, n; /* cap: 0 or a power of two */
+} shard;
+
+struct dv_live_table { shard s[SHARDS]; };
+
+static void* zalloc64(size_t size) { /* sizes are multiples of 64 (the members' alignment) */
+  void* p = aligned_alloc(64, size);
+  return p ? memset(p, 0, size) : NULL;
+}
+
+static uint64_t hash_ptr(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
+static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> 58]; }
+static size_t home(const shard* sh, const void* p) { return (size_t)(hash_ptr(p) >> 16) & (sh->cap - 1); }
+
+/* The entry of p in the given claim state. An address can be in the table twice: the pool may
+ * hand a freed address out again (to another thread) before the free's claim is settled. */
+static entry* find(shard* sh, const void* p, int claimed) {
+  if (!sh->cap) return NULL;
+  for (size_t i = home(sh, p);; i = (i + 1) & (sh->cap - 1)) {
+    if (sh->e[i].p == p && sh->e[i].claimed == claimed) return &sh->e[i];
+    if (!sh->e[i].p) return NULL;
+  }
+}
+
+static void put(shard* sh, const entry* x) {
+  size_t i = home(sh, x->p);
+  while (sh->e[i].p) i = (i + 1) & (sh->cap - 1);
+  sh->e[i] = *x;
+  sh->n++;
+}
+
+/* Removes e by backward shift, so probe chains stay unbroken without tombstones. */
+static void erase(shard* sh, entry* e) {
+  size_t m = sh->cap - 1, i = (size_t)(e - sh->e), j = i;
+  for (;;) {
+    j = (j + 1) & m;
+    if (!sh->e[j].p) break;
+    size_t k = home(sh, sh->e[j].p);
+    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue; /* already reachable from its home */
+    sh->e[i] = sh->e[j];
+    i = j;
+  }
+  sh->e[i] = (entry){0};
+  sh->n--;
+}
+
+devrt_status dv_live_create(const char* who, dv_live_table** out) {
+  dv_live_table* t = zalloc64(sizeof *t);
+  if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory for the live table", who);
+  for (int i = 0; i < SHARDS; i++) pthread_mutex_init(&t->s[i].mu, NULL);
+  *out = t;
+  return DEVRT_OK;
+}
+
+void dv_live_destroy(dv_live_table* t) {
+  if (!t) return;
+  for (int i = 0; i < SHARDS; i++) {
+    pthread_mutex_destroy(&t->s[i].mu);
+    free(t->s[i].e);
+  }
+  free(t);
+}
+
+devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t size, uint64_t rounded, const char* tag) {
+  shard* sh = shard_of(t, p);
+  entry x = {p, size, rounded, tag, 0};
+  pthread_mutex_lock(&sh->mu);
+  if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
+    shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
+    grown.e = calloc(grown.cap, sizeof *grown.e);
+    if (!grown.e) {
+      pthread_mutex_unlock(&sh->mu);
+      return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries",
+                     who, grown.cap);
+    }
+    for (size_t i = 0; i < sh->cap; i++)
+      if (sh->e[i].p) put(&grown, &sh->e[i]);
+    free(sh->e);
+    sh->e = grown.e;
+    sh->cap = grown.cap;
+  }
+  put(sh, &x);
+  pthread_mutex_unlock(&sh->mu);
+  return DEVRT_OK;
+}
+
+devrt_status dv_live_claim(dv_live_table* t, const char* who, void* p, size_t size, uint64_t* rounded) {
+  shard* sh = shard_of(t, p);
+  pthread_mutex_lock(&sh->mu);
+  entry* e = find(sh, p, 0);
+  size_t recorded = e ? e->size : 0;
+  if (e && e->size == size) {
+    e->claimed = 1;
+    *rounded = e->rounded;
+  }
+  pthread_mutex_unlock(&sh->mu);
+  if (!recorded)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s deallocate: %p is not a live allocation of this resource (foreign pointer or double free)", who, p);
+  if (recorded != size)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s deallocate: size %zu does not match the %zu bytes %p was allocated with",
+                   who, size, recorded, p);
+  return DEVRT_OK;
+}
+
+void dv_live_settle(dv_live_table* t, void* p, int remove) {
+  shard* sh = shard_of(t, p);
+  pthread_mutex_lock(&sh->mu);
+  entry* e = find(sh, p, 1);
+  if (e && remove) erase(sh, e);
+  else if (e) e->claimed = 0;
+  pthread_mutex_unlock(&sh->mu);
+}
+
+/* ---- the async resource ---- */
+
+typedef struct batch {
+  dv_event* ev;
+  uint64_t bytes;
+} batch;
+
+/* One per stream-pool slot: bytes freed on its stream since the last batch was closed, and the
+ * closed batches (a ring, oldest first), each covered by one event recorded after its frees. */
+typedef struct aslot {
+  _Alignas(64) pthread_mutex_t mu;
+  dv_stream* s; /* the slot's backend stream, noted by the first free on it */
+  uint64_t open;
+  batch* q;
+  unsigned head, n, cap;
+} aslot;
+
+typedef struct async_res {
+  devrt_resource base;
+  dv_live_table* live;
+  aslot* slots;
+  unsigned nslots;
+  pthread_mutex_t ev_mu; /* the free list of events (never destroyed before destroy) */
+  dv_event** evs;
+  unsigned nev, evcap;
+} async_res;
+
+static devrt_status event_take(async_res* a, dv_event** out) {
+  devrt_runtime* rt = a->base.rt;
+  pthread_mutex_lock(&a->ev_mu);
+  dv_event* e = a->nev ? a->evs[--a->nev] : NULL;
+  pthread_mutex_unlock(&a->ev_mu);
+  if (!e) DV_CHECK(rt->be->event_create(rt->dev, 0, &e));
+  *out = e;
+  return DEVRT_OK;
+}
+
+static void event_give(async_res* a, dv_event* e) {
+  pthread_mutex_lock(&a->ev_mu);
+  if (a->nev == a->evcap) {
+    unsigned cap = a->evcap ? a->evcap * 2 : 16;
+    dv_event** v = realloc(a->evs, cap * sizeof *v);
+    if (!v) { /* cannot keep it: destroying it off the hot path is the lesser evil */
+      pthread_mutex_unlock(&a->ev_mu);
+      a->base.rt->be->event_destroy(a->base.rt->dev, e);
+      return;
+    }
+    a->evs = v;
+    a->evcap = cap;
+  }
+  a->evs[a->nev++] = e;
+  pthread_mutex_unlock(&a->ev_mu);
+}
+
+/* Closes the slot's open batch (caller holds sl->mu): records an event on the stream and files
+ * the open bytes under it. Correctness: every free counted in `open` was enqueued on this
+ * stream before the record (the free adds to `open` under the same mutex after pool_free
+ * returned), and a stream runs its work in order, so the event completes no earlier than
+ * those frees. A free enqueued concurrently, after the record, adds to `open` only after we
+ * release the mutex and lands in the next batch. */
+static devrt_status close_batch(async_res* a, aslot* sl) {
+  devrt_runtime* rt = a->base.rt;
+  if (sl->n == sl->cap) {
+    unsigned cap = sl->cap ? sl->cap * 2 : 8;
+    batch* q = malloc(cap * sizeof *q);
+    if (!q) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "async reap: out of host memory for %u batches", cap);
+    for (unsigned i = 0; i < sl->n; i++) q[i] = sl->q[(sl->head + i) % sl->cap];
+    free(sl->q);
+    sl->q = q;
+    sl->cap = cap;
+    sl->head = 0;
+  }
+  dv_event* e = NULL;
+  DV_CHECK(event_take(a, &e));
+  devrt_status st = rt->be->event_record(e, sl->s);
+  if (st != DEVRT_OK) {
+    event_give(a, e);
+    return st;
+  }
+  sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, sl->open};
+  sl->open = 0;
+  return DEVRT_OK;
+}
+
+/* Retires the slot's completed batches in order (caller holds sl->mu); stops at the first one
+ * still running (later ones on the same stream cannot have completed before it). */
+static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
+  dv_mem_account* acc = a->base.account;
+  while (sl->n) {
+    batch* b = &sl->q[sl->head];
+    bool done = false;
+    DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
+    if (!done) break;
+    atomic_fetch_sub_explicit(&acc->pending, b->bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
+    *reaped += b->bytes;
+    event_give(a, b->ev);
+    sl->head = (sl->head + 1) % sl->cap;
+    sl->n--;
+  }
+  return DEVRT_OK;
+}
+
+/* With DEVRT_REAP_WAIT the wait is a stream_sync outside the slot mutex (so frees on that
+ * stream from other threads never block behind it): it covers every batch closed before it,
+ * which the following retire pass then finds complete. */
+static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* reaped) {
+  async_res* a = (async_res*)self;
+  devrt_status first = DEVRT_OK;
+  *reaped = 0;
+  for (unsigned i = 0; i < a->nslots; i++) {
+    aslot* sl = &a->slots[i];
+    pthread_mutex_lock(&sl->mu);
+    devrt_status st = sl->open ? close_batch(a, sl) : DEVRT_OK;
+    dv_stream* s = sl->n ? sl->s : NULL;
+    if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
+    pthread_mutex_unlock(&sl->mu);
+    if (st == DEVRT_OK && s && (flags & DEVRT_REAP_WAIT)) {
+      st = a->base.rt->be->stream_sync(s);
+      if (st == DEVRT_OK) {
+        pthread_mutex_lock(&sl->mu);
+        st = retire(a, sl, reaped);
+        pthread_mutex_unlock(&sl->mu);
+      }
+    }
+    if (st != DEVRT_OK && first == DEVRT_OK) first = st; /* keep reaping the other slots */
+  }
+  return first;
+}
+
+static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+  async_res* a = (async_res*)self;
+  devrt_runtime* rt = self->rt;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "async allocate"));
+  uint64_t rounded = dv_round(self->account, size);
+  void* p = NULL;
+  DV_CHECK(rt->be->pool_alloc(rt->dev, size, s, &p));
+  devrt_status st = dv_live_insert(a->live, "async allocate", p, size, rounded, tag);
+  if (st != DEVRT_OK) {
+    rt->be->pool_free(rt->dev, p, s); /* the table's error is the one reported */
+    return st;
+  }
+  atomic_fetch_add_explicit(&self->account->live, rounded, memory_order_relaxed);
+  *out = p;
+  return DEVRT_OK;
+}
+
+static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+  async_res* a = (async_res*)self;
+  devrt_runtime* rt = self->rt;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "async deallocate"));
+  uint64_t rounded = 0;
+  DV_CHECK(dv_live_claim(a->live, "async", p, size, &rounded));
+  devrt_status st = rt->be->pool_free(rt->dev, p, s);
+  dv_live_settle(a->live, p, st == DEVRT_OK);
+  if (st != DEVRT_OK) return st;
+  dv_account_move(&self->account->live, &self->account->pending, rounded);
+  aslot* sl = &a->slots[DV_SID_SLOT(stream)];
+  pthread_mutex_lock(&sl->mu);
+  sl->s = s;
+  sl->open += rounded;
+  pthread_mutex_unlock(&sl->mu);
+  return DEVRT_OK;
+}
+
+static devrt_status async_query(devrt_resource* self, devrt_resource_figures* out) {
+  dv_account_query(self->account, out);
+  return DEVRT_OK;
+}
+
+static devrt_status async_trim(devrt_resource* self, uint64_t* released) {
+  *released = 0; /* the pool's reserve is not in the account */
+  return self->rt->be->pool_trim(self->rt->dev, 0);
+}
+
+static void async_free(async_res* a) {
+  devrt_runtime* rt = a->base.rt;
+  for (unsigned i = 0; a->slots && i < a->nslots; i++) {
+    aslot* sl = &a->slots[i];
+    for (unsigned k = 0; k < sl->n; k++) rt->be->event_destroy(rt->dev, sl->q[(sl->head + k) % sl->cap].ev);
+    free(sl->q);
+    pthread_mutex_destroy(&sl->mu);
+  }
+  for (unsigned i = 0; i < a->nev; i++) rt->be->event_destroy(rt->dev, a->evs[i]);
+  free(a->evs);
+  free(a->slots);
+  pthread_mutex_destroy(&a->ev_mu);
+  dv_live_destroy(a->live);
+  free(a->base.account);
+  free(a);
+}
+
+static void async_destroy(devrt_resource* self) {
+  uint64_t n = 0;
+  async_reap(self, DEVRT_REAP_WAIT, &n); /* a failure leaves nothing more to do than free */
+  async_free((async_res*)self);
+}
+
+/* The pool's rounding, from N 1-byte blocks: the gcd of their address distances (CUDA packs small
+ * blocks, so that is the step between neighbours; it is never below the rounding, as blocks do
+ * not overlap), or the pool's used-bytes growth per block where that is smaller and a power of
+ * two >= 256: the host backend counts rounded sizes there, while libc's layout (a header per
+ * block, a sanitizer's allocator) spaces its blocks wider. CUDA's used figure counts requested
+ * bytes (1 per block), so there the distances decide. */
+static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
+  enum { N = 8 };
+  devrt_stream sid = 0;
+  DV_CHECK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &sid));
+  dv_stream* s = NULL;
+  void* p[N] = {0};
+  unsigned got = 0;
+  devrt_pool_stats before = {0}, after = {0};
+  devrt_status st = dv_stream_get(rt, sid, &s, "async create");
+  if (st == DEVRT_OK) st = rt->be->pool_stats(rt->dev, &before);
+  while (st == DEVRT_OK && got < N && (st = rt->be->pool_alloc(rt->dev, 1, s, &p[got])) == DEVRT_OK) got++;
+  if (st == DEVRT_OK) st = rt->be->pool_stats(rt->dev, &after);
+  uint64_t g = 0, used = (after.used_current - before.used_current) / N;
+  for (unsigned i = 0; i < got; i++)
+    for (unsigned j = i + 1; j < got; j++) {
+      uint64_t d = (uintptr_t)p[i] > (uintptr_t)p[j] ? (uintptr_t)p[i] - (uintptr_t)p[j] : (uintptr_t)p[j] - (uintptr_t)p[i];
+      while (d) { /* g = gcd(g, d) */
+        uint64_t r = g % d;
+        g = d;
+        d = r;
+      }
+    }
+  for (unsigned i = 0; i < got; i++) {
+    devrt_status fs = rt->be->pool_free(rt->dev, p[i], s);
+    if (st == DEVRT_OK) st = fs;
+  }
+  devrt_status ss = devrt_stream_synchronize(rt, sid);
+  if (st == DEVRT_OK) st = ss;
+  devrt_stream_release(rt, sid);
+  if (st != DEVRT_OK) return st;
+  if (!g) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "async create: cannot measure the pool's granularity (%u blocks at one address)", got);
+  g &= ~g + 1; /* its power-of-two part, at least 256 */
+  if (g < 256) g = 256;
+  *out = used >= 256 && used < g && !(used & (used - 1)) ? used : g;
+  return DEVRT_OK;
+}
+
+static const devrt_resource_vtable async_vtable = {
+    .allocate = async_allocate,
+    .deallocate = async_deallocate,
+    .query = async_query,
+    .reap = async_reap,
+    .trim = async_trim,
+    .destroy = async_destroy,
+};
+
+devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
+  DV_RT_CHECK(rt, "devrt_async_resource_create");
+  DV_ARG_CHECK(out, "devrt_async_resource_create", "out is NULL");
+  async_res* a = calloc(1, sizeof *a);
+  dv_mem_account* acc = calloc(1, sizeof *acc);
+  aslot* slots = zalloc64((size_t)rt->nslots * sizeof *slots);
+  if (!a || !acc || !slots) {
+    free(a), free(acc), free(slots);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_async_resource_create: out of host memory (%u slots)", rt->nslots);
+  }
+  a->slots = slots;
+  a->nslots = rt->nslots;
+  for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_init(&slots[i].mu, NULL);
+  pthread_mutex_init(&a->ev_mu, NULL);
+  a->base.account = acc;
+  a->base.rt = rt;
+  devrt_status st = dv_live_create("devrt_async_resource_create", &a->live);
+  if (st == DEVRT_OK) st = measure_granularity(rt, &acc->granularity);
+  if (st == DEVRT_OK) st = devrt_resource_init(&a->base, &async_vtable, "async", rt, NULL);
+  if (st != DEVRT_OK) {
+    async_free(a);
+    return st;
+  }
+  *out = &a->base;
+  return DEVRT_OK;
+}

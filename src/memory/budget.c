@@ -1,0 +1,154 @@
+/* budget.c: the byte budget over a resource stack: lock-free admission against live + pending +
+ * cached (read from the stack's shared account), the pressure ladder (reap, trim, optionally wait
+ * for pending frees, then the caller's fallback) before OVER_BUDGET, and nested sub-budgets. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include "../core/runtime.h"
+#include "account.h"
+
+typedef struct budget {
+  devrt_resource r;
+  uint64_t limit;
+  _Atomic uint64_t live;   /* bytes admitted here and not freed (rounded as the stack charges) */
+  struct budget* parent;   /* sub-budgets: the budget they nest under (their upstream) */
+  bool wait_for_pending;
+  devrt_fallback_fn fallback;
+  void* fallback_user;
+  _Atomic uint64_t fallbacks;
+} budget;
+
+static const devrt_resource_vtable budget_vtable;
+#define MAX_FALLBACK_RETRIES 16
+
+static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
+
+/* What lies beneath and is not live: pending frees and cached blocks (a sub-budget leaves them to
+ * the device budget it nests under). Read cached before pending: a trim adds to pending before it
+ * takes from cached, so this order never under-counts. */
+static uint64_t beneath(budget* b) {
+  if (b->parent || !b->r.account) return 0;
+  uint64_t c = load(&b->r.account->cached);
+  return c + load(&b->r.account->pending);
+}
+
+/* One admission attempt: reserve n bytes if they fit. live is read first: a free adds to cached
+ * or pending before it takes from live, so a reader that sees live already lowered also sees
+ * the bytes beneath; and the CAS fails if live moved after it was read. */
+static bool admit(budget* b, uint64_t n) {
+  for (;;) {
+    uint64_t l = load(&b->live);
+    uint64_t other = beneath(b);
+    if (l + n + other > b->limit || l + n < l) return false;
+    if (atomic_compare_exchange_weak_explicit(&b->live, &l, l + n, memory_order_seq_cst, memory_order_relaxed))
+      return true;
+  }
+}
+
+static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
+  dv_mem_account* a = b->r.account;
+  return dv_fail(DEVRT_ERR_OVER_BUDGET,
+                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
+                 ", cached %" PRIu64 ", limit %" PRIu64,
+                 b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", load(&b->live),
+                 a ? load(&a->pending) : 0, a ? load(&a->cached) : 0, b->limit);
+}
+
+/* Admission with the pressure ladder: non-blocking reap and trim, then (if configured) a
+ * blocking reap; each followed by another attempt. */
+static devrt_status reserve(budget* b, size_t size, uint64_t n, const char* tag) {
+  if (admit(b, n)) return DEVRT_OK;
+  if (b->parent) return over(b, size, n, tag);
+  devrt_resource* up = b->r.upstream;
+  DV_CHECK(devrt_resource_reap(up, 0, NULL));
+  if (admit(b, n)) return DEVRT_OK;
+  DV_CHECK(devrt_resource_trim(up, NULL));
+  DV_CHECK(devrt_resource_reap(up, 0, NULL));
+  if (admit(b, n)) return DEVRT_OK;
+  if (b->wait_for_pending) {
+    DV_CHECK(devrt_resource_reap(up, DEVRT_REAP_WAIT, NULL));
+    if (admit(b, n)) return DEVRT_OK;
+  }
+  return over(b, size, n, tag);
+}
+
+static uint64_t charge(budget* b, size_t size) {
+  dv_mem_account* a = b->r.account;
+  return a && a->charge ? a->charge(a, size) : dv_round(a, size);
+}
+
+static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
+  budget* b = (budget*)r;
+  uint64_t n = charge(b, size);
+  for (int attempt = 0;; attempt++) {
+    devrt_status s = reserve(b, size, n, tag);
+    if (s == DEVRT_OK) {
+      s = devrt_resource_allocate(r->upstream, size, stream, tag, out);
+      if (s == DEVRT_OK) return DEVRT_OK;
+      atomic_fetch_sub(&b->live, n); /* roll the reservation back */
+    }
+    bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
+    if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
+    atomic_fetch_add(&b->fallbacks, 1);
+    if (!b->fallback(b->fallback_user, size, tag, s)) return s;
+  }
+}
+
+static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+  budget* b = (budget*)r;
+  DV_CHECK(devrt_resource_deallocate(r->upstream, ptr, size, stream)); /* a refused free changes nothing */
+  atomic_fetch_sub(&b->live, charge(b, size));
+  return DEVRT_OK;
+}
+
+static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out) {
+  budget* b = (budget*)r;
+  DV_CHECK(devrt_resource_query(r->upstream, out));
+  uint64_t live = load(&b->live), used = live + beneath(b);
+  out->live_bytes = live;
+  out->limit_bytes = b->limit;
+  out->available_bytes = used < b->limit ? b->limit - used : 0;
+  out->fallbacks = load(&b->fallbacks);
+  return DEVRT_OK;
+}
+
+static void budget_destroy(devrt_resource* r) { free(r); }
+
+static const devrt_resource_vtable budget_vtable = {
+    .allocate = budget_allocate, .deallocate = budget_deallocate, .query = budget_query, .destroy = budget_destroy};
+
+static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* parent, const devrt_budget_options* o,
+                           devrt_resource** out) {
+  budget* b = calloc(1, sizeof *b);
+  if (!b) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_budget_create: out of host memory");
+  devrt_status s = devrt_resource_init(&b->r, &budget_vtable, parent ? "sub-budget" : "budget", upstream->rt, upstream);
+  if (s != DEVRT_OK) {
+    free(b);
+    return s;
+  }
+  b->limit = limit;
+  b->parent = parent;
+  if (o) {
+    b->wait_for_pending = o->wait_for_pending;
+    b->fallback = o->fallback;
+    b->fallback_user = o->fallback_user;
+  }
+  *out = &b->r;
+  return DEVRT_OK;
+}
+
+devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts, devrt_resource** out) {
+  DV_RES_CHECK(upstream, "devrt_budget_create");
+  DV_ARG_CHECK(opts && out, "devrt_budget_create", "opts %p or out %p is NULL", (const void*)opts, (void*)out);
+  DV_ARG_CHECK(opts->limit_bytes, "devrt_budget_create", "limit_bytes is 0");
+  return create(upstream, opts->limit_bytes, NULL, opts, out);
+}
+
+devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes, devrt_resource** out) {
+  DV_RES_CHECK(parent, "devrt_budget_create_child");
+  DV_ARG_CHECK(out, "devrt_budget_create_child", "out is NULL");
+  DV_ARG_CHECK(parent->vtable == &budget_vtable, "devrt_budget_create_child", "parent %s is not a budget", parent->name);
+  budget* p = (budget*)parent;
+  DV_ARG_CHECK(limit_bytes && limit_bytes <= p->limit, "devrt_budget_create_child",
+               "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes, p->limit);
+  return create(parent, limit_bytes, p, NULL, out);
+}

@@ -1,0 +1,87 @@
+/* resource.c: the resource head (init, reference counting) and the checked public entry points
+ * that every resource, devrt's or a user's, is called through. */
+#include <stdlib.h>
+#include "../core/runtime.h"
+#include "account.h"
+
+devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vt, const char* name,
+                                 devrt_runtime* rt, devrt_resource* upstream) {
+  DV_ARG_CHECK(r && vt && vt->allocate && vt->deallocate && vt->destroy, "devrt_resource_init",
+               "resource %p or vtable %p (allocate, deallocate, destroy required) is NULL", (void*)r, (const void*)vt);
+  DV_RT_CHECK(rt, "devrt_resource_init");
+  if (upstream) {
+    DV_RES_CHECK(upstream, "devrt_resource_init");
+    DV_ARG_CHECK(upstream->rt == rt, "devrt_resource_init", "upstream %s belongs to another runtime", upstream->name);
+    atomic_fetch_add(&upstream->refs, 1);
+  }
+  r->vtable = vt;
+  r->name = name ? name : "user";
+  r->rt = rt;
+  r->upstream = upstream;
+  r->account = upstream ? upstream->account : r->account;
+  atomic_store(&r->refs, 1);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_resource_retain(devrt_resource* r) {
+  DV_RES_CHECK(r, "devrt_resource_retain");
+  atomic_fetch_add(&r->refs, 1);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_resource_release(devrt_resource* r) {
+  DV_RES_CHECK(r, "devrt_resource_release");
+  while (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+    devrt_resource* up = r->upstream;
+    r->vtable->destroy(r);
+    r = up;
+  }
+  return DEVRT_OK;
+}
+
+devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
+  DV_RES_CHECK(r, "devrt_resource_allocate");
+  DV_ARG_CHECK(out, "devrt_resource_allocate", "out is NULL (%s)", r->name);
+  DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name, tag ? tag : "untagged");
+  *out = NULL;
+  return r->vtable->allocate(r, size, stream, tag, out);
+}
+
+devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+  DV_RES_CHECK(r, "devrt_resource_deallocate");
+  DV_ARG_CHECK(ptr, "devrt_resource_deallocate", "ptr is NULL (%s)", r->name);
+  DV_ARG_CHECK(size, "devrt_resource_deallocate", "size is 0 (%s, ptr %p)", r->name, ptr);
+  return r->vtable->deallocate(r, ptr, size, stream);
+}
+
+devrt_status devrt_resource_query(devrt_resource* r, devrt_resource_figures* out) {
+  DV_RES_CHECK(r, "devrt_resource_query");
+  DV_ARG_CHECK(out, "devrt_resource_query", "out is NULL (%s)", r->name);
+  *out = (devrt_resource_figures){0};
+  if (r->vtable->query) return r->vtable->query(r, out);
+  return r->upstream ? devrt_resource_query(r->upstream, out) : DEVRT_OK;
+}
+
+devrt_status devrt_resource_reap(devrt_resource* r, unsigned flags, uint64_t* reaped) {
+  DV_RES_CHECK(r, "devrt_resource_reap");
+  DV_ARG_CHECK(!(flags & ~DEVRT_REAP_WAIT), "devrt_resource_reap", "unknown flags 0x%x", flags);
+  uint64_t n = 0;
+  devrt_status s = DEVRT_OK;
+  if (r->vtable->reap) s = r->vtable->reap(r, flags, &n);
+  else if (r->upstream) s = devrt_resource_reap(r->upstream, flags, &n);
+  if (reaped) *reaped = n;
+  return s;
+}
+
+devrt_status devrt_resource_trim(devrt_resource* r, uint64_t* released) {
+  DV_RES_CHECK(r, "devrt_resource_trim");
+  uint64_t n = 0;
+  devrt_status s = DEVRT_OK;
+  if (r->vtable->trim) s = r->vtable->trim(r, &n);
+  else if (r->upstream) s = devrt_resource_trim(r->upstream, &n);
+  if (released) *released = n;
+  return s;
+}
+
+const char* devrt_resource_name(const devrt_resource* r) { return r ? r->name : "(null)"; }
+devrt_resource* devrt_resource_upstream(const devrt_resource* r) { return r ? r->upstream : NULL; }

@@ -1,0 +1,103 @@
+/* simple.c: the leaf on synchronous mem_alloc / mem_free (cuMemAlloc / cuMemFree). The stream
+ * is checked; a free first synchronizes it (work using the block is done), so nothing is ever
+ * pending. Shares the live table with async.c. */
+#include <stdlib.h>
+#include <string.h>
+#include "../core/runtime.h"
+#include "account.h"
+#include "live_table.h"
+
+typedef struct simple_res {
+  devrt_resource base;
+  dv_live_table* live;
+} simple_res;
+
+static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+  simple_res* r = (simple_res*)self;
+  devrt_runtime* rt = self->rt;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "simple allocate"));
+  uint64_t rounded = dv_round(self->account, size);
+  void* p = NULL;
+  DV_CHECK(rt->be->mem_alloc(rt->dev, size, &p));
+  devrt_status st = dv_live_insert(r->live, "simple allocate", p, size, rounded, tag);
+  if (st != DEVRT_OK) {
+    rt->be->mem_free(rt->dev, p); /* the table's error is the one reported */
+    return st;
+  }
+  atomic_fetch_add_explicit(&self->account->live, rounded, memory_order_relaxed);
+  *out = p;
+  return DEVRT_OK;
+}
+
+static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+  simple_res* r = (simple_res*)self;
+  devrt_runtime* rt = self->rt;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "simple deallocate"));
+  uint64_t rounded = 0;
+  DV_CHECK(dv_live_claim(r->live, "simple", p, size, &rounded));
+  devrt_status st = rt->be->stream_sync(s);
+  if (st == DEVRT_OK) st = rt->be->mem_free(rt->dev, p);
+  dv_live_settle(r->live, p, st == DEVRT_OK);
+  if (st != DEVRT_OK) return st;
+  atomic_fetch_sub_explicit(&self->account->live, rounded, memory_order_relaxed);
+  return DEVRT_OK;
+}
+
+static devrt_status simple_query(devrt_resource* self, devrt_resource_figures* out) {
+  dv_account_query(self->account, out);
+  return DEVRT_OK;
+}
+
+static devrt_status simple_reap(devrt_resource* self, unsigned flags, uint64_t* reaped) {
+  (void)self, (void)flags;
+  *reaped = 0; /* frees complete before deallocate returns */
+  return DEVRT_OK;
+}
+
+static devrt_status simple_trim(devrt_resource* self, uint64_t* released) {
+  (void)self;
+  *released = 0; /* nothing is kept */
+  return DEVRT_OK;
+}
+
+static void simple_destroy(devrt_resource* self) {
+  simple_res* r = (simple_res*)self;
+  dv_live_destroy(r->live);
+  free(self->account);
+  free(r);
+}
+
+static const devrt_resource_vtable simple_vtable = {
+    .allocate = simple_allocate,
+    .deallocate = simple_deallocate,
+    .query = simple_query,
+    .reap = simple_reap,
+    .trim = simple_trim,
+    .destroy = simple_destroy,
+};
+
+devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out) {
+  DV_RT_CHECK(rt, "devrt_simple_resource_create");
+  DV_ARG_CHECK(out, "devrt_simple_resource_create", "out is NULL");
+  simple_res* r = calloc(1, sizeof *r);
+  dv_mem_account* acc = calloc(1, sizeof *acc);
+  if (!r || !acc) {
+    free(r), free(acc);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_simple_resource_create: out of host memory");
+  }
+  /* cuMemAlloc hands out at least 512-byte steps; the host backend rounds to 256. */
+  acc->granularity = strcmp(rt->be->name, "cuda") ? 256 : 512;
+  r->base.account = acc;
+  devrt_status st = dv_live_create("devrt_simple_resource_create", &r->live);
+  if (st == DEVRT_OK) st = devrt_resource_init(&r->base, &simple_vtable, "simple", rt, NULL);
+  if (st != DEVRT_OK) {
+    dv_live_destroy(r->live);
+    free(acc);
+    free(r);
+    return st;
+  }
+  *out = &r->base;
+  return DEVRT_OK;
+}

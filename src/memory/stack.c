@@ -1,0 +1,76 @@
+/* stack.c: the runtime's resource stack: built on first use from the config (budget -> logging
+ * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
+#include "../core/runtime.h"
+#include "account.h"
+
+/* Pushes a decorator: on success *top is the new layer (holding the old one), else unchanged. */
+#define PUSH(top, call)                        \
+  do {                                         \
+    devrt_resource* next_ = NULL;              \
+    devrt_status s_ = (call);                  \
+    if (s_ != DEVRT_OK) {                      \
+      devrt_resource_release(*(top));          \
+      return s_;                               \
+    }                                          \
+    devrt_resource_release(*(top));            \
+    *(top) = next_;                            \
+  } while (0)
+
+static devrt_status build(devrt_runtime* rt, devrt_resource** top) {
+  const devrt_config* c = &rt->cfg;
+  DV_CHECK(devrt_async_resource_create(rt, top));
+  if (c->cache) PUSH(top, devrt_caching_resource_create(*top, NULL, &next_));
+  PUSH(top, devrt_statistics_resource_create(*top, &next_));
+  if (c->log_path) {
+    devrt_logging_options lo = {.path = c->log_path, .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};
+    PUSH(top, devrt_logging_resource_create(*top, &lo, &next_));
+  }
+  devrt_budget_options bo = {.limit_bytes = c->budget_bytes ? c->budget_bytes
+                                                            : rt->info.total_memory / 100 * c->budget_percent};
+  PUSH(top, devrt_budget_create(*top, &bo, &next_));
+  return DEVRT_OK;
+}
+
+devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
+  DV_RT_CHECK(rt, "devrt_runtime_resource");
+  DV_ARG_CHECK(out, "devrt_runtime_resource", "out is NULL");
+  devrt_resource* r = atomic_load_explicit(&rt->stack, memory_order_acquire);
+  if (DV_LIKELY(r)) {
+    *out = r;
+    return DEVRT_OK;
+  }
+  pthread_mutex_lock(&rt->stack_mu);
+  devrt_status s = DEVRT_OK;
+  r = atomic_load_explicit(&rt->stack, memory_order_relaxed);
+  if (!r && (s = build(rt, &r)) == DEVRT_OK) atomic_store_explicit(&rt->stack, r, memory_order_release);
+  pthread_mutex_unlock(&rt->stack_mu);
+  if (s == DEVRT_OK) *out = r;
+  return s;
+}
+
+devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r) {
+  DV_RT_CHECK(rt, "devrt_runtime_set_resource");
+  DV_RES_CHECK(r, "devrt_runtime_set_resource");
+  DV_ARG_CHECK(r->rt == rt, "devrt_runtime_set_resource", "resource %s belongs to another runtime", r->name);
+  pthread_mutex_lock(&rt->stack_mu);
+  devrt_status s = DEVRT_OK;
+  if (atomic_load(&rt->stack))
+    s = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_runtime_set_resource: runtime of ordinal %d already has its stack", rt->cfg.ordinal);
+  else {
+    devrt_resource_retain(r);
+    atomic_store_explicit(&rt->stack, r, memory_order_release);
+  }
+  pthread_mutex_unlock(&rt->stack_mu);
+  return s;
+}
+
+devrt_status devrt_reap_pending(devrt_runtime* rt, unsigned flags, uint64_t* bytes) {
+  devrt_resource* r = NULL;
+  DV_CHECK(devrt_runtime_resource(rt, &r));
+  return devrt_resource_reap(r, flags, bytes);
+}
+
+void dv_stack_fini(devrt_runtime* rt) {
+  devrt_resource* r = atomic_exchange(&rt->stack, NULL);
+  if (r) devrt_resource_release(r);
+}

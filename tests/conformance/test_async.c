@@ -1,0 +1,239 @@
+/* test_async.c: the leaf resources. async: measured granularity, alignment, exact live/pending
+ * figures through allocate, free and reap, a free staying pending while a kernel on its stream
+ * still runs, bad input and injected faults changing nothing, and 8 threads allocating and
+ * freeing while 2 reap. simple: synchronous frees, never pending, the same bad-input checks. */
+#include <pthread.h>
+#include "memory/account.h"
+#include "test.h"
+
+static devrt_resource_figures fig(devrt_resource* r) {
+  devrt_resource_figures f;
+  CHECK_OK(devrt_resource_query(r, &f));
+  return f;
+}
+
+/* Every call must fail with INVALID_ARGUMENT and leave live and pending as they were. */
+static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s) {
+  void* p = NULL;
+  int local = 0;
+  REQUIRE_OK(devrt_resource_allocate(r, 300, s, "bad", &p));
+  devrt_resource_figures f0 = fig(r);
+  CHECK_STATUS(devrt_resource_deallocate(r, &local, 300, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "not a live allocation"));
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 301, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "301") && strstr(devrt_last_error(), "300"));
+  CHECK_STATUS(devrt_resource_deallocate(r, NULL, 300, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 0, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 300, foreign_s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 300, DEVRT_STREAM_NONE), DEVRT_ERR_INVALID_ARGUMENT);
+  void* q = NULL;
+  CHECK_STATUS(devrt_resource_allocate(r, 0, s, "bad", &q), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_resource_allocate(r, 64, foreign_s, "bad", &q), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(q == NULL);
+  devrt_resource_figures f1 = fig(r);
+  CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
+  CHECK_OK(devrt_resource_deallocate(r, p, 300, s));
+  f0 = fig(r);
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 300, s), DEVRT_ERR_INVALID_ARGUMENT); /* double free */
+  CHECK(strstr(devrt_last_error(), "double free"));
+  f1 = fig(r);
+  CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
+}
+
+/* ---- threads ---- */
+
+enum { THREADS = 8, OPS = 2000, HELD = 16 };
+static devrt_resource* g_res;
+static devrt_runtime* g_rt;
+static _Atomic uint64_t g_freed, g_reaped_by_threads;
+static _Atomic int g_stop, g_errors;
+
+static void* worker(void* arg) {
+  unsigned seed = (unsigned)(uintptr_t)arg * 7919u + 1;
+  devrt_stream s;
+  if (devrt_stream_acquire(g_rt, DEVRT_ACQUIRE_FAIL, &s) != DEVRT_OK) {
+    atomic_fetch_add(&g_errors, 1);
+    return NULL;
+  }
+  void* p[HELD] = {0};
+  size_t sz[HELD] = {0};
+  for (int op = 0; op < OPS; op++) {
+    int i = rand_r(&seed) % HELD;
+    if (p[i]) {
+      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+      atomic_fetch_add(&g_freed, dv_round(g_res->account, sz[i]));
+      p[i] = NULL;
+    } else {
+      sz[i] = 1 + (size_t)(rand_r(&seed) % 65536);
+      if (devrt_resource_allocate(g_res, sz[i], s, "thread", &p[i]) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+    }
+  }
+  for (int i = 0; i < HELD; i++)
+    if (p[i]) {
+      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+      atomic_fetch_add(&g_freed, dv_round(g_res->account, sz[i]));
+    }
+  if (devrt_stream_release(g_rt, s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+  return NULL;
+}
+
+static void* reaper(void* arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop)) {
+    uint64_t n = 0;
+    if (devrt_resource_reap(g_res, 0, &n) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+    atomic_fetch_add(&g_reaped_by_threads, n);
+  }
+  return NULL;
+}
+
+int main(void) {
+  devrt_runtime* rt = t_runtime();
+  devrt_runtime* rt2 = t_runtime();
+  devrt_stream s, s2;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
+  REQUIRE_OK(devrt_stream_acquire(rt2, DEVRT_ACQUIRE_FAIL, &s2));
+  devrt_resource* r;
+  REQUIRE_OK(devrt_async_resource_create(rt, &r));
+  CHECK(!strcmp(devrt_resource_name(r), "async") && devrt_resource_upstream(r) == NULL);
+
+  /* Granularity: measured, a power of two >= 256. */
+  devrt_resource_figures f = fig(r);
+  uint64_t g = f.granularity;
+  CHECK(g >= 256 && (g & (g - 1)) == 0);
+  CHECK(t_is_cuda(rt) || g == 256); /* the host backend rounds to 256 */
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.reaped_bytes == 0);
+
+  /* Exact live / pending / reaped. */
+  size_t sizes[4] = {1, 300, 4096, 1u << 20};
+  void* p[4];
+  uint64_t rounded[4], sum = 0;
+  for (int i = 0; i < 4; i++) {
+    REQUIRE_OK(devrt_resource_allocate(r, sizes[i], s, "exact", &p[i]));
+    CHECK(((uintptr_t)p[i] & 255) == 0);
+    rounded[i] = (sizes[i] + g - 1) / g * g;
+    sum += rounded[i];
+  }
+  f = fig(r);
+  CHECK(f.live_bytes == sum && f.pending_bytes == 0);
+  CHECK_OK(devrt_resource_deallocate(r, p[1], sizes[1], s));
+  CHECK_OK(devrt_resource_deallocate(r, p[2], sizes[2], s));
+  f = fig(r);
+  CHECK(f.live_bytes == sum - rounded[1] - rounded[2] && f.pending_bytes == rounded[1] + rounded[2]);
+  uint64_t n = 0;
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  CHECK(n == rounded[1] + rounded[2]);
+  f = fig(r);
+  CHECK(f.pending_bytes == 0 && f.reaped_bytes == n && f.live_bytes == rounded[0] + rounded[3]);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  CHECK(n == 0);
+
+  /* Released only when the free completed: a 100 ms kernel still uses the block. */
+  uint32_t seven = 7;
+  uint64_t words = sizes[2] / 4, delay = 100000000ull;
+  void* blk;
+  REQUIRE_OK(devrt_resource_allocate(r, sizes[2], s, "slow", &blk));
+  void* args[] = {&blk, &seven, &words, &delay};
+  REQUIRE_OK(t_launch(rt, s, "devrt_slow_fill_u32", 1, 32, args));
+  CHECK_OK(devrt_resource_deallocate(r, blk, sizes[2], s));
+  CHECK_OK(devrt_resource_reap(r, 0, &n));
+  f = fig(r);
+  CHECK(n == 0 && f.pending_bytes == rounded[2]);
+  CHECK_OK(devrt_stream_synchronize(rt, s));
+  CHECK_OK(devrt_resource_reap(r, 0, &n));
+  f = fig(r);
+  CHECK(n == rounded[2] && f.pending_bytes == 0);
+
+  /* A free on a stream released before the reap is still retired (the slot's stream lives on). */
+  devrt_stream s3;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s3));
+  REQUIRE_OK(devrt_resource_allocate(r, 1000, s3, "released", &blk));
+  CHECK_OK(devrt_resource_deallocate(r, blk, 1000, s3));
+  CHECK_OK(devrt_stream_release(rt, s3));
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  CHECK(n == (1000 + g - 1) / g * g && fig(r).pending_bytes == 0);
+
+  bad_inputs(r, s, s2);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+
+  /* Injected faults change nothing; the retry succeeds. */
+  f = fig(r);
+  rt->be->fault_arm(rt->dev, DV_FAULT_ALLOC, 1);
+  CHECK_STATUS(devrt_resource_allocate(r, 512, s, "fault", &blk), DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  CHECK(fig(r).live_bytes == f.live_bytes);
+  REQUIRE_OK(devrt_resource_allocate(r, 512, s, "fault", &blk));
+  f = fig(r);
+  rt->be->fault_arm(rt->dev, DV_FAULT_FREE, 1);
+  CHECK_STATUS(devrt_resource_deallocate(r, blk, 512, s), DEVRT_ERR_BACKEND_ERROR);
+  devrt_resource_figures f1 = fig(r);
+  CHECK(f1.live_bytes == f.live_bytes && f1.pending_bytes == f.pending_bytes);
+  CHECK_OK(devrt_resource_deallocate(r, blk, 512, s));
+  rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
+  CHECK_STATUS(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n), DEVRT_ERR_BACKEND_ERROR);
+  CHECK(fig(r).pending_bytes == (512 + g - 1) / g * g);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  CHECK(n == (512 + g - 1) / g * g && fig(r).pending_bytes == 0);
+
+  CHECK_OK(devrt_resource_deallocate(r, p[0], sizes[0], s));
+  CHECK_OK(devrt_resource_deallocate(r, p[3], sizes[3], s));
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  f = fig(r);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
+
+  /* 8 threads allocate and free on their own streams while 2 reap. */
+  g_res = r;
+  g_rt = rt;
+  uint64_t reaped_before = f.reaped_bytes;
+  pthread_t w[THREADS], rp[2];
+  for (int i = 0; i < 2; i++) pthread_create(&rp[i], NULL, reaper, NULL);
+  for (int i = 0; i < THREADS; i++) pthread_create(&w[i], NULL, worker, (void*)(uintptr_t)i);
+  for (int i = 0; i < THREADS; i++) pthread_join(w[i], NULL);
+  atomic_store(&g_stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(rp[i], NULL);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  f = fig(r);
+  uint64_t freed = atomic_load(&g_freed);
+  CHECK(atomic_load(&g_errors) == 0);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
+  CHECK(f.reaped_bytes - reaped_before == freed && atomic_load(&g_reaped_by_threads) + n == freed);
+  printf("threads: %d x %d ops, %llu bytes freed, %llu reaped by the reapers, %llu by the final wait\n", THREADS, OPS,
+         (unsigned long long)freed, (unsigned long long)atomic_load(&g_reaped_by_threads), (unsigned long long)n);
+
+  uint64_t released = 1;
+  CHECK_OK(devrt_resource_trim(r, &released));
+  CHECK(released == 0);
+
+  /* The simple resource: synchronous, never pending. */
+  devrt_resource* sr;
+  REQUIRE_OK(devrt_simple_resource_create(rt, &sr));
+  CHECK(!strcmp(devrt_resource_name(sr), "simple"));
+  uint64_t sg = fig(sr).granularity;
+  CHECK(sg == (uint64_t)(t_is_cuda(rt) ? 512 : 256));
+  void* m;
+  REQUIRE_OK(devrt_resource_allocate(sr, 1000, s, "simple", &m));
+  CHECK(((uintptr_t)m & 255) == 0);
+  f = fig(sr);
+  CHECK(f.live_bytes == (1000 + sg - 1) / sg * sg && f.pending_bytes == 0);
+  void* fill_args[] = {&m, &seven, &words, &delay};
+  words = 250;
+  delay = 20000000ull;
+  REQUIRE_OK(t_launch(rt, s, "devrt_slow_fill_u32", 1, 32, fill_args));
+  CHECK_OK(devrt_resource_deallocate(sr, m, 1000, s)); /* waits for the kernel first */
+  f = fig(sr);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
+  CHECK_OK(devrt_resource_reap(sr, DEVRT_REAP_WAIT, &n));
+  CHECK(n == 0);
+  bad_inputs(sr, s, s2);
+  f = fig(sr);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && fig(r).live_bytes == 0);
+
+  const char* backend = rt->be->name; /* a static string */
+  CHECK_OK(devrt_resource_release(sr));
+  CHECK_OK(devrt_resource_release(r));
+  CHECK_OK(devrt_stream_release(rt, s));
+  CHECK_OK(devrt_stream_release(rt2, s2));
+  CHECK_OK(devrt_runtime_destroy(rt2));
+  CHECK_OK(devrt_runtime_destroy(rt));
+  printf("async: %s backend, granularity %llu (simple %llu)\n", backend, (unsigned long long)g, (unsigned long long)sg);
+  return t_done();
+}
