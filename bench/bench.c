@@ -12,6 +12,11 @@ uint64_t bench_now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+int bench_fail(const char* suite, const char* what, devrt_status s) {
+  fprintf(stderr, "bench %s: %s: %s: %s\n", suite, what, devrt_status_name(s), devrt_last_error());
+  return -1;
+}
+
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);

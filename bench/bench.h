@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include "cli.h"
+#include "devrt/status.h"
 
 /* One timed body: performs `iters` operations; returns 0, or -1 after printing why it failed. */
 typedef int (*bench_body)(void* ctx, int iters);
@@ -18,6 +19,15 @@ typedef struct bench_suite {
 } bench_suite;
 
 uint64_t bench_now_ns(void);
+
+/* Prints "bench <suite>: <what>: <STATUS>: <devrt_last_error()>" and returns -1. */
+int bench_fail(const char* suite, const char* what, devrt_status s);
+/* In a suite file that defines BENCH_SUITE: return bench_fail(...) when expr fails. */
+#define TRY(what, expr)                                                     \
+  do {                                                                      \
+    devrt_status s_ = (expr);                                               \
+    if (s_ != DEVRT_OK) return bench_fail(BENCH_SUITE, what, s_);           \
+  } while (0)
 
 /* Begins a suite's report: header line (text) or the opening of the JSON document. */
 void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const char* device, const char* backend);

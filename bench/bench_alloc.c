@@ -15,11 +15,7 @@ typedef struct actx {
   size_t size;
 } actx;
 
-static int fail(const char* what, devrt_status s) {
-  fprintf(stderr, "bench alloc: %s: %s: %s\n", what, devrt_status_name(s), devrt_last_error());
-  return -1;
-}
-#define TRY(what, expr) do { devrt_status s_ = (expr); if (s_ != DEVRT_OK) return fail(what, s_); } while (0)
+#define BENCH_SUITE "alloc"
 
 static int stack_pair(void* p, int n) {
   actx* c = p;
@@ -129,21 +125,11 @@ static int mt_sync(void* p) {
   return 0;
 }
 
+/* A stack as the runtime builds it, with or without the cache and logging. */
 static devrt_status make_stack(devrt_runtime* rt, bool cache, const char* log_path, uint64_t limit, devrt_resource** out) {
-  devrt_resource *top = NULL, *next = NULL;
-  DV_CHECK(devrt_async_resource_create(rt, &top));
-#define LAYER(call) do { devrt_status s_ = (call); devrt_resource_release(top); if (s_) return s_; top = next; } while (0)
-  if (cache) LAYER(devrt_caching_resource_create(top, NULL, &next));
-  LAYER(devrt_statistics_resource_create(top, &next));
-  if (log_path) {
-    devrt_logging_options lo = {.path = log_path, .format = DEVRT_LOG_CSV};
-    LAYER(devrt_logging_resource_create(top, &lo, &next));
-  }
-  devrt_budget_options bo = {.limit_bytes = limit};
-  LAYER(devrt_budget_create(top, &bo, &next));
-#undef LAYER
-  *out = top;
-  return DEVRT_OK;
+  devrt_config c = rt->cfg;
+  c.cache = cache, c.log_path = log_path, c.log_jsonl = false;
+  return dv_stack_build(rt, &c, limit, out);
 }
 
 int bench_alloc(const cli_opts* o) {

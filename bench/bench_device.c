@@ -29,11 +29,7 @@ typedef struct raw_ops {
 
 static void noop(void* u) { (void)u; }
 
-static int fail(const char* what, devrt_status s) {
-  fprintf(stderr, "bench device: %s: %s: %s\n", what, devrt_status_name(s), devrt_last_error());
-  return -1;
-}
-#define TRY(what, expr) do { devrt_status s_ = (expr); if (s_ != DEVRT_OK) return fail(what, s_); } while (0)
+#define BENCH_SUITE "device"
 
 /* ---- devrt side ---- */
 static int d_stream_cycle(void* p, int n) {
@@ -150,7 +146,7 @@ static void host_teardown(dctx* c) {
 #ifdef DEVRT_HAVE_CUDA
 /* ---- raw side, cuda backend: the driver's entry points, called directly ---- */
 static const dv_driver* D;
-#define CUTRY(what, call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) return fail(what, dv_cu_fail(r_, what, "(bench)")); } while (0)
+#define CUTRY(what, call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) return bench_fail(BENCH_SUITE, what, dv_cu_fail(r_, what, "(bench)")); } while (0)
 static int c_stream_cycle(dctx* c, int n) {
   CUTRY("cuCtxPushCurrent", D->cuCtxPushCurrent(c->rctx));
   for (int i = 0; i < n; i++) {

@@ -82,6 +82,8 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 void dv_events_fini(devrt_runtime* rt);
 void dv_stack_fini(devrt_runtime* rt);
+/* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
+devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top);
 
 /* How many process-wide runtimes were created (tests check the race on first use). */
 unsigned dv_runtime_creations(void);

@@ -108,6 +108,13 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
   return DEVRT_OK;
 }
 
+devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, const char* tag) {
+  uint64_t rounded = dv_round(a, size);
+  DV_CHECK(dv_live_insert(t, who, p, size, rounded, tag));
+  atomic_fetch_add_explicit(&a->live, rounded, memory_order_relaxed);
+  return DEVRT_OK;
+}
+
 devrt_status dv_live_claim(dv_live_table* t, const char* who, void* p, size_t size, uint64_t* rounded) {
   shard* sh = shard_of(t, p);
   pthread_mutex_lock(&sh->mu);
@@ -271,15 +278,13 @@ static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stre
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "async allocate"));
-  uint64_t rounded = dv_round(self->account, size);
   void* p = NULL;
   DV_CHECK(rt->be->pool_alloc(rt->dev, size, s, &p));
-  devrt_status st = dv_live_insert(a->live, "async allocate", p, size, rounded, tag);
+  devrt_status st = dv_live_track(a->live, self->account, "async allocate", p, size, tag);
   if (st != DEVRT_OK) {
     rt->be->pool_free(rt->dev, p, s); /* the table's error is the one reported */
     return st;
   }
-  atomic_fetch_add_explicit(&self->account->live, rounded, memory_order_relaxed);
   *out = p;
   return DEVRT_OK;
 }

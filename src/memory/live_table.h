@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "devrt/status.h"
+#include "devrt/resource.h"
 
 typedef struct dv_live_table dv_live_table;
 
@@ -18,6 +18,8 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
 /* Claims the live, unclaimed entry of p, allocated with exactly `size` bytes; *rounded gets its
  * rounded size. Else INVALID_ARGUMENT: "<who> deallocate: ..." (unknown pointer or wrong size). */
 devrt_status dv_live_claim(dv_live_table* t, const char* who, void* p, size_t size, uint64_t* rounded);
+/* Records a fresh allocation and counts it live in the account; on failure the caller frees p. */
+devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, const char* tag);
 /* Ends a claim: removes the entry (the memory was freed) or makes it live again. */
 void dv_live_settle(dv_live_table* t, void* p, int remove);
 

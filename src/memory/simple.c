@@ -17,15 +17,13 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "simple allocate"));
-  uint64_t rounded = dv_round(self->account, size);
   void* p = NULL;
   DV_CHECK(rt->be->mem_alloc(rt->dev, size, &p));
-  devrt_status st = dv_live_insert(r->live, "simple allocate", p, size, rounded, tag);
+  devrt_status st = dv_live_track(r->live, self->account, "simple allocate", p, size, tag);
   if (st != DEVRT_OK) {
     rt->be->mem_free(rt->dev, p); /* the table's error is the one reported */
     return st;
   }
-  atomic_fetch_add_explicit(&self->account->live, rounded, memory_order_relaxed);
   *out = p;
   return DEVRT_OK;
 }

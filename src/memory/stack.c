@@ -16,8 +16,7 @@
     *(top) = next_;                            \
   } while (0)
 
-static devrt_status build(devrt_runtime* rt, devrt_resource** top) {
-  const devrt_config* c = &rt->cfg;
+devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top) {
   DV_CHECK(devrt_async_resource_create(rt, top));
   if (c->cache) PUSH(top, devrt_caching_resource_create(*top, NULL, &next_));
   PUSH(top, devrt_statistics_resource_create(*top, &next_));
@@ -25,8 +24,7 @@ static devrt_status build(devrt_runtime* rt, devrt_resource** top) {
     devrt_logging_options lo = {.path = c->log_path, .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};
     PUSH(top, devrt_logging_resource_create(*top, &lo, &next_));
   }
-  devrt_budget_options bo = {.limit_bytes = c->budget_bytes ? c->budget_bytes
-                                                            : rt->info.total_memory / 100 * c->budget_percent};
+  devrt_budget_options bo = {.limit_bytes = limit};
   PUSH(top, devrt_budget_create(*top, &bo, &next_));
   return DEVRT_OK;
 }
@@ -42,7 +40,8 @@ devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
   pthread_mutex_lock(&rt->stack_mu);
   devrt_status s = DEVRT_OK;
   r = atomic_load_explicit(&rt->stack, memory_order_relaxed);
-  if (!r && (s = build(rt, &r)) == DEVRT_OK) atomic_store_explicit(&rt->stack, r, memory_order_release);
+  uint64_t limit = rt->cfg.budget_bytes ? rt->cfg.budget_bytes : rt->info.total_memory / 100 * rt->cfg.budget_percent;
+  if (!r && (s = dv_stack_build(rt, &rt->cfg, limit, &r)) == DEVRT_OK) atomic_store_explicit(&rt->stack, r, memory_order_release);
   pthread_mutex_unlock(&rt->stack_mu);
   if (s == DEVRT_OK) *out = r;
   return s;
