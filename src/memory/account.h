@@ -15,6 +15,11 @@ struct dv_mem_account {
   _Atomic uint64_t pending; /* freed to the pool; completion not yet observed */
   _Atomic uint64_t cached;  /* in a caching layer's free lists */
   _Atomic uint64_t reaped;  /* total retired by reaps */
+  /* live + pending + cached as one word: what the stack holds of the device (added when a leaf
+   * allocates, taken when its free is retired), plus the reservations of budgets admitting
+   * against it. One word, so an admission is a single compare-and-swap: a sum of separately read
+   * figures can go stale between its reads (a free and an allocation in between restore live). */
+  _Atomic uint64_t held;
   uint64_t granularity;     /* the pool's real rounding (measured by the leaf) */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
    * granularity. A caching layer sets it to its size classes. */

@@ -112,6 +112,7 @@ devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who,
   uint64_t rounded = dv_round(a, size);
   DV_CHECK(dv_live_insert(t, who, p, size, rounded, tag));
   atomic_fetch_add_explicit(&a->live, rounded, memory_order_relaxed);
+  atomic_fetch_add_explicit(&a->held, rounded, memory_order_relaxed);
   return DEVRT_OK;
 }
 
@@ -237,6 +238,7 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
     atomic_fetch_sub_explicit(&acc->pending, b->bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&acc->held, b->bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
     *reaped += b->bytes;
     event_give(a, b->ev);

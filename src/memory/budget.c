@@ -22,26 +22,21 @@ static const devrt_resource_vtable budget_vtable;
 
 static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
 
-/* What lies beneath and is not live: pending frees and cached blocks (a sub-budget leaves them to
- * the device budget it nests under). Read cached before pending: a trim adds to pending before it
- * takes from cached, so this order never under-counts. */
-static uint64_t beneath(budget* b) {
-  if (b->parent || !b->r.account) return 0;
-  uint64_t c = load(&b->r.account->cached);
-  return c + load(&b->r.account->pending);
-}
+/* The word admission reserves on. A device budget reserves on its stack's `held` (live + pending
+ * + cached as one counter) and gives the reservation back once upstream has answered, after a
+ * leaf that took new memory has added it there; so held never under-counts the device and a
+ * reservation is one compare-and-swap, with no figures read apart that could go stale between
+ * the reads. A sub-budget (or a budget over a stack with no account) reserves on its own live. */
+static _Atomic uint64_t* word(budget* b) { return !b->parent && b->r.account ? &b->r.account->held : &b->live; }
 
-/* One admission attempt: reserve n bytes if they fit. live is read first: a free adds to cached
- * or pending before it takes from live, so a reader that sees live already lowered also sees
- * the bytes beneath; and the CAS fails if live moved after it was read. */
+/* One admission attempt: reserve n bytes if they fit. */
 static bool admit(budget* b, uint64_t n) {
-  for (;;) {
-    uint64_t l = load(&b->live);
-    uint64_t other = beneath(b);
-    if (l + n + other > b->limit || l + n < l) return false;
-    if (atomic_compare_exchange_weak_explicit(&b->live, &l, l + n, memory_order_seq_cst, memory_order_relaxed))
-      return true;
-  }
+  _Atomic uint64_t* w = word(b);
+  uint64_t v = load(w);
+  do {
+    if (v + n > b->limit || v + n < v) return false;
+  } while (!atomic_compare_exchange_weak_explicit(w, &v, v + n, memory_order_seq_cst, memory_order_relaxed));
+  return true;
 }
 
 static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
@@ -83,8 +78,11 @@ static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream
     devrt_status s = reserve(b, size, n, tag);
     if (s == DEVRT_OK) {
       s = devrt_resource_allocate(r->upstream, size, stream, tag, out);
+      _Atomic uint64_t* w = word(b);
+      if (w != &b->live) atomic_fetch_sub(w, n); /* what upstream took is in held now */
+      if (s == DEVRT_OK && w != &b->live) atomic_fetch_add(&b->live, n);
       if (s == DEVRT_OK) return DEVRT_OK;
-      atomic_fetch_sub(&b->live, n); /* roll the reservation back */
+      if (w == &b->live) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
     }
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
@@ -103,7 +101,7 @@ static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size,
 static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out) {
   budget* b = (budget*)r;
   DV_CHECK(devrt_resource_query(r->upstream, out));
-  uint64_t live = load(&b->live), used = live + beneath(b);
+  uint64_t live = load(&b->live), used = load(word(b));
   out->live_bytes = live;
   out->limit_bytes = b->limit;
   out->available_bytes = used < b->limit ? b->limit - used : 0;

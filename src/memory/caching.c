@@ -81,6 +81,14 @@ static uint64_t class_charge(const dv_mem_account* a, size_t size) {
   return dv_round(a, (size_t)cls);
 }
 
+/* Over a user's resource with no account, this layer is the bottom of the accounted stack: what
+ * it takes from and gives back to upstream is what the stack holds. */
+static void own_held(cache* c, uint64_t n, bool take) {
+  if (c->base.account != &c->own) return;
+  if (take) atomic_fetch_add_explicit(&c->own.held, n, memory_order_relaxed);
+  else atomic_fetch_sub_explicit(&c->own.held, n, memory_order_relaxed);
+}
+
 /* ---- pointer -> record hash ---- */
 
 static inline uint64_t hash_of(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
@@ -274,6 +282,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
     devrt_resource_deallocate(self->upstream, p, (size_t)cls, stream);
     return st;
   }
+  own_held(c, b->rsize, true);
   *out = p;
   return DEVRT_OK;
 }
@@ -327,6 +336,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     if (hash_insert(c, b) != DEVRT_OK) free(b);
     return st;
   }
+  own_held(c, b->rsize, false);
   free(b);
   return DEVRT_OK;
 }
@@ -379,6 +389,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       st = devrt_resource_deallocate(self->upstream, b->ptr, (size_t)b->cls, tid);
       if (st == DEVRT_OK) {
         atomic_fetch_sub_explicit(&self->account->cached, b->rsize, memory_order_relaxed);
+        own_held(c, b->rsize, false);
         *bytes += b->rsize;
         free(b);
         continue;

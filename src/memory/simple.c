@@ -40,6 +40,7 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
   dv_live_settle(r->live, p, st == DEVRT_OK);
   if (st != DEVRT_OK) return st;
   atomic_fetch_sub_explicit(&self->account->live, rounded, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&self->account->held, rounded, memory_order_relaxed);
   return DEVRT_OK;
 }
 
