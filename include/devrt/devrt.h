@@ -8,4 +8,6 @@
 #include "devrt/memory.h"
 #include "devrt/device.h"
 #include "devrt/resource.h"
+#include "devrt/block.h"
+#include "devrt/launch.h"
 #endif

@@ -1,0 +1,88 @@
+/* devrt/block.h: device blocks whose every use is tracked, so work on different streams never
+ * races on them and a freed block is never reused while work still touches it.
+ *
+ * A devrt_block is a value handle (slot index + generation) into the runtime's block table. A
+ * freed block's handle is refused with DEVRT_ERR_STALE_BLOCK for ever after, even once its slot
+ * and its device address have been handed out again.
+ *
+ * Ordering model. Each block remembers its last writer (an event on the stream that wrote it;
+ * seeded at allocation with an "allocation ready" event) and, since that write, one reader event
+ * per stream that read it. Before work on stream S uses the block, devrt_prepare_block_use makes
+ * S wait for what that use must respect: a read waits for the last writer, a write also for
+ * every reader. Waits on S's own events or on events already known complete are skipped. After
+ * the work is enqueued, devrt_finish_block_use records where it ends. devrt_launch (launch.h)
+ * does both for a whole launch, with one event and at most one wait per source stream. */
+#ifndef DEVRT_BLOCK_H
+#define DEVRT_BLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "devrt/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t devrt_block; /* 0 is never a valid block */
+#define DEVRT_BLOCK_NONE ((devrt_block)0)
+
+typedef enum devrt_access {
+  DEVRT_ACCESS_READ = 1,
+  DEVRT_ACCESS_WRITE = 2,
+  DEVRT_ACCESS_READ_WRITE = 3,
+} devrt_access;
+
+typedef struct devrt_block_info {
+  void* ptr;
+  size_t size;
+  const char* tag;          /* as given to devrt_block_alloc (not copied) */
+  devrt_stream stream;      /* the stream it was allocated on (that lease may have ended) */
+  uint64_t generation;      /* process-wide monotonic: every allocation gets a new one */
+  unsigned readers;         /* streams with an outstanding read since the last write */
+  bool writer_complete;     /* the last write is known to have completed */
+} devrt_block_info;
+
+/* Allocates `size` bytes stream-ordered on `stream` from the runtime's resource stack (budget
+ * and all, resource.h) and records the allocation-ready event there. tag (may be NULL) names
+ * the caller in errors, logs and statistics; it must outlive the block. Thread-safe. */
+devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
+                               devrt_block* out);
+
+/* Frees the block once every use recorded so far has completed: the free is enqueued on the
+ * runtime's free stream after waits on the outstanding writer and readers (never on a user's
+ * stream, which would make that stream wait for unrelated work), its bytes move from live to
+ * pending, and devrt_reap_pending retires them. The handle is stale at once. A block that a
+ * launch on another thread is issuing against is refused with INVALID_STATE. Thread-safe. */
+devrt_status devrt_block_free(devrt_runtime* rt, devrt_block block);
+
+/* The device address (host backend: a host address). Thread-safe. */
+devrt_status devrt_block_ptr(devrt_runtime* rt, devrt_block block, void** out);
+/* A snapshot of the block's record. Thread-safe. */
+devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block block, devrt_block_info* out);
+
+/* Makes `stream` wait for what an access of this kind must respect (see the model above).
+ * Thread-safe. */
+devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block block, devrt_stream stream,
+                                     devrt_access access);
+/* Records an event on `stream` after the work just enqueued: a write replaces the last writer
+ * and clears the readers; a read adds or replaces this stream's reader event. Thread-safe. */
+devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block block, devrt_stream stream,
+                                    devrt_access access);
+
+/* The runtime's use-tracking counters (monotonic since the runtime was created). */
+typedef struct devrt_block_stats {
+  uint64_t blocks_allocated, blocks_live;
+  uint64_t waits_inserted;
+  uint64_t waits_skipped_same_stream, waits_skipped_complete, waits_coalesced;
+  uint64_t events_recorded, events_reused, events_created; /* pooled events: reused + created */
+  uint64_t deferred_frees, reaped_bytes;
+  uint64_t stale_refusals, refused_launches, launches;
+} devrt_block_stats;
+
+/* Sums the counters (each shard is read atomically; the sum is not one instant). Thread-safe. */
+devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

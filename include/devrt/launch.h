@@ -1,0 +1,65 @@
+/* devrt/launch.h: modules, kernels and recorded launches.
+ *
+ * A recorded launch runs the seed's five steps in one call: acquire (or reuse) a stream,
+ * prepare every block the work touches, launch, record the uses, reap completed frees. The use
+ * list is deduplicated (read + write of one block -> read-write) and validated in full before
+ * anything is enqueued, so a refused launch leaves no wait, event or use behind. */
+#ifndef DEVRT_LAUNCH_H
+#define DEVRT_LAUNCH_H
+
+#include "devrt/block.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct devrt_module devrt_module;
+typedef struct devrt_kernel devrt_kernel;
+
+/* Loads a module: image NULL gives devrt's own kernels (the embedded fatbin on cuda, their C
+ * versions on host); otherwise a cubin, PTX or fatbin image (cuda only: UNSUPPORTED on host).
+ * devrt's kernels: devrt_fill_u32(u32* p, u32 value, u64 n), devrt_copy_u32(u32* dst,
+ * const u32* src, u64 n), devrt_checksum_u32(const u32* p, u64 n, u64* out: atomically added),
+ * devrt_slow_fill_u32(p, value, n, u64 delay_ns) and devrt_slow_copy_u32(dst, src, n, delay_ns)
+ * (each block waits delay_ns first: they expose races), devrt_record_smid(u32* out).
+ * Thread-safe. */
+devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out);
+/* Unloads it; its kernels are dead afterwards. Not thread-safe with launches of its kernels. */
+devrt_status devrt_module_unload(devrt_runtime* rt, devrt_module* module);
+/* Looks a kernel up by name. The handle lives as long as the module. Thread-safe. */
+devrt_status devrt_kernel_get(devrt_module* module, const char* name, devrt_kernel** out);
+
+typedef struct devrt_block_use {
+  devrt_block block;
+  devrt_access access;
+} devrt_block_use;
+
+/* Foreign stream-ordered work (a cuBLAS or NCCL call, a memcpy): enqueue it on `native` (a
+ * CUstream on cuda, the host backend's stream handle on host) and return its status. Runs on the
+ * calling thread, between prepare and record. */
+typedef devrt_status (*devrt_enqueue_fn)(void* user, devrt_stream stream, void* native);
+
+typedef struct devrt_launch_desc {
+  devrt_stream stream;        /* 0: acquire one from the pool (SHARE) for this launch */
+  devrt_kernel* kernel;       /* the work: a kernel, or ... */
+  devrt_enqueue_fn enqueue;   /* ... foreign work (exactly one of the two) */
+  void* user;                 /* passed to enqueue */
+  unsigned grid[3], block[3]; /* 0 in y or z means 1 */
+  unsigned shared_bytes;
+  void** args;                /* CUDA kernelParams: one pointer per argument */
+  const devrt_block_use* uses;
+  unsigned nuses;             /* at most DEVRT_LAUNCH_MAX_USES */
+} devrt_launch_desc;
+
+#define DEVRT_LAUNCH_MAX_USES 256u
+
+/* Issues one recorded launch. Errors: a NULL or stale block (STALE_BLOCK, nothing enqueued), a
+ * bad stream, kernel or shape (INVALID_ARGUMENT), a block being freed (INVALID_STATE), or the
+ * backend's failure to wait, launch or record (the launch is then not recorded on the blocks
+ * and later users wait for the stream's prior work only). Thread-safe. */
+devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
