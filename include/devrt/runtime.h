@@ -21,7 +21,7 @@ typedef enum devrt_backend_kind {
 } devrt_backend_kind;
 
 #define DEVRT_MAX_ORDINALS 64
-#define DEVRT_MAX_STREAMS 4096
+#define DEVRT_MAX_STREAMS 4095 /* slot ids are 12 bits, and the runtime keeps one */
 #define DEVRT_RELEASE_KEEP_ALL UINT64_MAX
 
 typedef struct devrt_config {

@@ -1,6 +1,7 @@
 /* runtime.c: configuration (defaults + DEVRT_* env), backend choice, and the runtimes: one
  * process-wide runtime per ordinal created on first use, plus owned runtimes for embedding. */
 #include "runtime.h"
+#include "../block/block.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -162,6 +163,7 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
     s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_runtime: stream_priority %d outside the device's range [%d, %d]",
                 cfg->stream_priority, rt->info.priority_greatest, rt->info.priority_least);
   if (s == DEVRT_OK) s = dv_stream_pool_init(rt);
+  if (s == DEVRT_OK && (s = dv_blocks_init(rt)) != DEVRT_OK) dv_stream_pool_fini(rt);
   if (s != DEVRT_OK) {
     if (rt->dev) be->device_close(rt->dev);
     free(rt);
@@ -185,6 +187,7 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
+  dv_blocks_fini(rt);
   dv_events_fini(rt);
   dv_stream_pool_fini(rt);
   rt->be->device_close(rt->dev);
@@ -256,7 +259,7 @@ devrt_status devrt_runtime_info_get(devrt_runtime* rt, devrt_runtime_info* out) 
   out->backend_name = rt->be->name;
   memcpy(out->backend_reason, rt->reason, sizeof out->backend_reason);
   pthread_mutex_lock(&rt->pool_mu);
-  out->stream_pool_size = rt->nslots;
+  out->stream_pool_size = rt->npool;
   out->streams_created = rt->created;
   out->streams_in_use = rt->in_use;
   pthread_mutex_unlock(&rt->pool_mu);

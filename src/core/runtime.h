@@ -36,7 +36,7 @@ struct devrt_runtime {
   pthread_mutex_t pool_mu;
   pthread_cond_t pool_cv;
   dv_slot* slots;
-  unsigned nslots, created, in_use, share_next;
+  unsigned npool, nslots, created, in_use, share_next; /* nslots = npool + the runtime's own */
   int free_head;
 
   pthread_mutex_t events_mu;
@@ -44,6 +44,10 @@ struct devrt_runtime {
 
   pthread_mutex_t stack_mu;
   _Atomic(devrt_resource*) stack; /* the resource stack, built on first use or set by the user */
+
+  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
+  struct dv_blocks* blocks;  /* the block table (src/block) */
+  _Atomic uint64_t refused_launches, stale_refusals;
 };
 
 /* rt is a live runtime (not NULL, not destroyed). */
@@ -76,6 +80,9 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
   do {                                                                                     \
     if (DV_UNLIKELY(!(cond))) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": " __VA_ARGS__); \
   } while (0)
+
+/* The runtime's own stream (the slot past the pool), created on first call; never released. */
+devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 
 /* Stream pool lifecycle (stream_pool.c). */
 devrt_status dv_stream_pool_init(devrt_runtime* rt);

@@ -1,15 +1,19 @@
 /* stream_pool.c: the runtime's bounded stream pool. Slots hold backend streams created on
  * first use and reused after release; each lease gets a fresh process-unique id, so a released,
- * foreign or made-up id is detected by one atomic compare (dv_stream_get). */
+ * foreign or made-up id is detected by one atomic compare (dv_stream_get). One slot past the
+ * pool is the runtime's own (dv_internal_stream): block frees go there. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include "runtime.h"
+#include "../block/block.h"
 
 devrt_status dv_stream_pool_init(devrt_runtime* rt) {
-  rt->nslots = rt->cfg.stream_pool_size;
+  rt->npool = rt->cfg.stream_pool_size;
+  rt->nslots = rt->npool + 1;
   rt->slots = calloc(rt->nslots, sizeof *rt->slots);
   if (!rt->slots) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "stream pool: out of host memory");
-  for (unsigned i = 0; i < rt->nslots; i++) rt->slots[i].next_free = (int)i + 1 < (int)rt->nslots ? (int)i + 1 : -1;
+  for (unsigned i = 0; i < rt->npool; i++) rt->slots[i].next_free = (int)i + 1 < (int)rt->npool ? (int)i + 1 : -1;
+  rt->slots[rt->npool].next_free = -1;
   rt->free_head = 0;
   pthread_mutex_init(&rt->pool_mu, NULL);
   pthread_cond_init(&rt->pool_cv, NULL);
@@ -60,13 +64,32 @@ devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, de
     s = lease(rt, rt->free_head, out);
   } else if (mode == DEVRT_ACQUIRE_SHARE) {
     dv_slot* sl = &rt->slots[rt->share_next];  /* every slot is held: share round-robin */
-    rt->share_next = (rt->share_next + 1) % rt->nslots;
+    rt->share_next = (rt->share_next + 1) % rt->npool;
     sl->holders++;
     *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
   } else {
-    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_stream_acquire: all %u streams of the pool are held (mode FAIL)", rt->nslots);
+    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_stream_acquire: all %u streams of the pool are held (mode FAIL)", rt->npool);
   }
   pthread_mutex_unlock(&rt->pool_mu);
+  return s;
+}
+
+devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out) {
+  dv_slot* sl = &rt->slots[rt->npool];
+  devrt_stream id = atomic_load_explicit(&sl->id, memory_order_acquire);
+  devrt_status s = DEVRT_OK;
+  if (!id) {
+    pthread_mutex_lock(&rt->pool_mu);
+    id = atomic_load_explicit(&sl->id, memory_order_relaxed);
+    if (!id && !sl->s) s = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &sl->s);
+    if (!id && s == DEVRT_OK) {
+      sl->lease = 1, sl->holders = 1;
+      id = DV_SID(rt->serial, rt->npool, 1);
+      atomic_store_explicit(&sl->id, id, memory_order_release);
+    }
+    pthread_mutex_unlock(&rt->pool_mu);
+  }
+  *out = id;
   return s;
 }
 
@@ -75,6 +98,8 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   dv_stream* unused = NULL;
   pthread_mutex_lock(&rt->pool_mu);
   devrt_status s = dv_stream_get(rt, id, &unused, "devrt_stream_release");
+  if (s == DEVRT_OK && DV_SID_SLOT(id) == rt->npool)
+    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_stream_release: stream %#" PRIx64 " is the runtime's own", id);
   if (s == DEVRT_OK) {
     unsigned i = DV_SID_SLOT(id);
     dv_slot* sl = &rt->slots[i];
@@ -94,7 +119,10 @@ devrt_status devrt_stream_synchronize(devrt_runtime* rt, devrt_stream id) {
   DV_RT_CHECK(rt, "devrt_stream_synchronize");
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, id, &s, "devrt_stream_synchronize"));
-  return rt->be->stream_sync(s);
+  uint64_t seq = dv_events_sync_begin(rt, DV_SID_SLOT(id));
+  DV_CHECK(rt->be->stream_sync(s));
+  dv_events_sync_end(rt, DV_SID_SLOT(id), seq); /* what was recorded before is complete */
+  return DEVRT_OK;
 }
 
 devrt_status devrt_stream_native(devrt_runtime* rt, devrt_stream id, void** out) {

@@ -2,6 +2,7 @@
  * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
 #include "../core/runtime.h"
 #include "account.h"
+#include "../block/block.h"
 
 /* Pushes a decorator: on success *top is the new layer (holding the old one), else unchanged. */
 #define PUSH(top, call)                        \
@@ -66,6 +67,7 @@ devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r) {
 devrt_status devrt_reap_pending(devrt_runtime* rt, unsigned flags, uint64_t* bytes) {
   devrt_resource* r = NULL;
   DV_CHECK(devrt_runtime_resource(rt, &r));
+  dv_events_poll(rt); /* completed stream points let later uses skip their waits */
   return devrt_resource_reap(r, flags, bytes);
 }
 

@@ -1,0 +1,469 @@
+/* block.c: the block table (handles = slot index + generation; chunks that never move, so a
+ * lookup is two loads; a lock per block, never one for the runtime) and use tracking: the last
+ * writer and one reader event per stream, the waits a use needs, deferred frees on the free stream. */
+#include <inttypes.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include "block.h"
+#include "../memory/account.h"
+
+enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3 };
+#define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
+#define FREEING 0x80000000u
+
+typedef struct dv_blk {
+  atomic_flag lock;
+  bool live;
+  uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
+  uint64_t gen;  /* of the current (or last) allocation in this slot */
+  void* ptr;
+  size_t size;
+  const char* tag;
+  devrt_stream stream;
+  dv_pev* writer;
+  dv_wait* readers; /* one per slot; points at inl until it outgrows it */
+  unsigned nreaders, capreaders;
+  dv_wait inl[INLINE_READERS];
+} dv_blk;
+
+typedef struct shard { /* free indices */
+  _Alignas(64) pthread_mutex_t mu;
+  uint32_t* idx;
+  unsigned n, cap;
+} shard;
+
+struct dv_blocks {
+  _Atomic(dv_blk*) chunk[NCHUNKS];
+  pthread_mutex_t grow_mu;
+  _Atomic uint32_t next; /* indices handed out so far */
+  shard sh[NSHARD];
+};
+
+static void lock(dv_blk* b) {
+  for (unsigned n = 0; atomic_flag_test_and_set_explicit(&b->lock, memory_order_acquire); n++)
+    if (n > 64) sched_yield();
+}
+static void unlock(dv_blk* b) { atomic_flag_clear_explicit(&b->lock, memory_order_release); }
+
+/* ---- table ---- */
+
+devrt_status dv_blocks_init(devrt_runtime* rt) {
+  rt->evslots = aligned_alloc(64, sizeof *rt->evslots * rt->nslots);
+  rt->blocks = calloc(1, sizeof *rt->blocks);
+  if (!rt->evslots || !rt->blocks) {
+    free(rt->evslots), free(rt->blocks);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the block table");
+  }
+  memset(rt->evslots, 0, sizeof *rt->evslots * rt->nslots);
+  for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_init(&rt->evslots[i].mu, NULL);
+  pthread_mutex_init(&rt->blocks->grow_mu, NULL);
+  for (unsigned i = 0; i < NSHARD; i++) pthread_mutex_init(&rt->blocks->sh[i].mu, NULL);
+  return DEVRT_OK;
+}
+
+/* Frees the table's own memory and every pooled event; device memory of blocks never freed goes
+ * with the resource stack. */
+void dv_blocks_fini(devrt_runtime* rt) {
+  struct dv_blocks* t = rt->blocks;
+  for (unsigned c = 0; c < NCHUNKS; c++) {
+    dv_blk* ch = atomic_load(&t->chunk[c]);
+    for (unsigned i = 0; ch && i < CHUNK; i++)
+      if (ch[i].readers != ch[i].inl) free(ch[i].readers);
+    free(ch);
+  }
+  for (unsigned i = 0; i < NSHARD; i++) {
+    free(t->sh[i].idx);
+    pthread_mutex_destroy(&t->sh[i].mu);
+  }
+  pthread_mutex_destroy(&t->grow_mu);
+  free(t);
+  for (unsigned i = 0; i < rt->nslots; i++) {
+    for (dv_pev *p = rt->evslots[i].all, *nx; p; p = nx) {
+      nx = p->all;
+      rt->be->event_destroy(rt->dev, p->ev);
+      free(p);
+    }
+    pthread_mutex_destroy(&rt->evslots[i].mu);
+  }
+  free(rt->evslots);
+}
+
+static dv_blk* at(struct dv_blocks* t, uint32_t i) {
+  dv_blk* ch = atomic_load_explicit(&t->chunk[i >> CHUNK_BITS], memory_order_acquire);
+  return ch ? &ch[i & (CHUNK - 1)] : NULL;
+}
+
+/* A free index: the shard's list first, else a fresh one (its chunk created if need be). */
+static devrt_status take_index(struct dv_blocks* t, unsigned hint, uint32_t* out) {
+  shard* s = &t->sh[hint % NSHARD];
+  pthread_mutex_lock(&s->mu);
+  bool got = s->n > 0;
+  if (got) *out = s->idx[--s->n];
+  pthread_mutex_unlock(&s->mu);
+  if (got) return DEVRT_OK;
+  uint32_t i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+  if (i >= (uint32_t)NCHUNKS * CHUNK) {
+    atomic_fetch_sub_explicit(&t->next, 1, memory_order_relaxed);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_block_alloc: %u blocks live, the table's limit", NCHUNKS * CHUNK);
+  }
+  if (!at(t, i)) {
+    pthread_mutex_lock(&t->grow_mu);
+    devrt_status st = DEVRT_OK;
+    if (!at(t, i)) {
+      dv_blk* ch = calloc(CHUNK, sizeof *ch);
+      if (ch) atomic_store_explicit(&t->chunk[i >> CHUNK_BITS], ch, memory_order_release);
+      else st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_block_alloc: out of host memory for the block table");
+    }
+    pthread_mutex_unlock(&t->grow_mu);
+    if (st != DEVRT_OK) return st; /* the index is lost: harmless, the chunk never came */
+  }
+  *out = i;
+  return DEVRT_OK;
+}
+
+static void give_index(struct dv_blocks* t, uint32_t i) {
+  shard* s = &t->sh[i % NSHARD];
+  pthread_mutex_lock(&s->mu);
+  if (s->n == s->cap) {
+    unsigned cap = s->cap ? s->cap * 2 : 64;
+    uint32_t* v = realloc(s->idx, cap * sizeof *v);
+    if (!v) { /* the index is lost: the table keeps working with one slot less */
+      pthread_mutex_unlock(&s->mu);
+      return;
+    }
+    s->idx = v, s->cap = cap;
+  }
+  s->idx[s->n++] = i;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
+  atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
+  if (!h) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: block 0 is not a block", call);
+  return dv_fail(DEVRT_ERR_STALE_BLOCK, "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64 ") is freed or was never allocated",
+                 call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1), (uint64_t)(h >> INDEX_BITS));
+}
+
+/* The block of a live handle, locked; NULL (with the error set in *st) otherwise. */
+static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
+  uint64_t i = (h & ((1ull << INDEX_BITS) - 1)) - 1;
+  dv_blk* b = h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire) ? at(rt->blocks, (uint32_t)i) : NULL;
+  if (b) {
+    lock(b);
+    if (b->live && b->gen == h >> INDEX_BITS) return b;
+    unlock(b);
+  }
+  *st = stale(rt, h, call);
+  return NULL;
+}
+
+/* ---- tracking ---- */
+
+/* Adds event p (from p's slot) to what stream `slot` must wait for: at most one per source slot,
+ * the newest. Skips the slot's own events and events known complete. */
+static void want(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
+  if (p->slot == slot) {
+    atomic_fetch_add_explicit(&es->same, 1, memory_order_relaxed);
+    return;
+  }
+  if (dv_pev_done(rt, p)) {
+    atomic_fetch_add_explicit(&es->complete, 1, memory_order_relaxed);
+    return;
+  }
+  for (unsigned k = 0; k < *n; k++)
+    if (w[k].slot == p->slot) {
+      atomic_fetch_add_explicit(&es->coalesced, 1, memory_order_relaxed);
+      if (p->seq > w[k].ev->seq) {
+        dv_pev_ref(p);
+        dv_pev_unref(rt, w[k].ev);
+        w[k].ev = p;
+      }
+      return;
+    }
+  dv_pev_ref(p);
+  w[(*n)++] = (dv_wait){p->slot, p};
+}
+
+static void gather(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_wait* w, unsigned* n) {
+  dv_evslot* es = &rt->evslots[slot];
+  if (b->writer) want(rt, es, slot, b->writer, w, n);
+  if (a & DEVRT_ACCESS_WRITE)
+    for (unsigned k = 0; k < b->nreaders; k++) want(rt, es, slot, b->readers[k].ev, w, n);
+}
+
+static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
+  for (unsigned k = 0; k < n; k++) dv_pev_unref(rt, w[k].ev);
+}
+
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
+                         const char* call) {
+  devrt_status st = DEVRT_OK;
+  *nw = 0;
+  unsigned k = 0;
+  for (; k < n; k++) {
+    dv_blk* b = get_locked(rt, u[k].block, call, &st);
+    if (!b) break;
+    if (b->pins & FREEING) {
+      unlock(b);
+      st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
+      break;
+    }
+    b->pins++;
+    gather(rt, b, u[k].access, slot, w, nw);
+    unlock(b);
+    u[k].b = b;
+  }
+  if (k == n) return DEVRT_OK;
+  while (k--) {
+    lock(u[k].b);
+    u[k].b->pins--;
+    unlock(u[k].b);
+  }
+  drop_waits(rt, w, *nw);
+  *nw = 0;
+  return st;
+}
+
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n) {
+  devrt_status st = DEVRT_OK;
+  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = rt->be->stream_wait(s, w[k].ev->ev);
+  if (st == DEVRT_OK) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
+  drop_waits(rt, w, n);
+  return st;
+}
+
+static void clear_readers(devrt_runtime* rt, dv_blk* b) {
+  for (unsigned k = 0; k < b->nreaders; k++) dv_pev_unref(rt, b->readers[k].ev);
+  b->nreaders = 0;
+}
+
+/* Records a read by `slot` at ev (b locked): replaces that slot's entry, or appends one after
+ * pruning the entries known complete; false if the list cannot grow. */
+static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, dv_pev* ev) {
+  dv_pev_ref(ev);
+  for (unsigned k = 0; k < b->nreaders; k++)
+    if (b->readers[k].slot == slot) {
+      dv_pev_unref(rt, b->readers[k].ev);
+      b->readers[k].ev = ev;
+      return true;
+    }
+  for (unsigned k = 0; k < b->nreaders;)
+    if (dv_pev_done(rt, b->readers[k].ev)) {
+      dv_pev_unref(rt, b->readers[k].ev);
+      b->readers[k] = b->readers[--b->nreaders];
+    } else {
+      k++;
+    }
+  if (b->nreaders == b->capreaders) {
+    unsigned cap = b->capreaders * 2;
+    dv_wait* v = malloc(cap * sizeof *v);
+    if (!v) {
+      dv_pev_unref(rt, ev);
+      return false;
+    }
+    memcpy(v, b->readers, b->nreaders * sizeof *v);
+    if (b->readers != b->inl) free(b->readers);
+    b->readers = v, b->capreaders = cap;
+  }
+  b->readers[b->nreaders++] = (dv_wait){slot, ev};
+  return true;
+}
+
+static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_pev* ev) {
+  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, b, slot, ev)) return;
+  /* a write; or a read there is no room to track, kept as a write, which every later use respects */
+  clear_readers(rt, b);
+  if (b->writer) dv_pev_unref(rt, b->writer);
+  dv_pev_ref(ev);
+  b->writer = ev;
+}
+
+void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev) {
+  for (unsigned k = 0; k < n; k++) {
+    dv_blk* b = u[k].b;
+    lock(b);
+    if (ev) record_use(rt, b, u[k].access, slot, ev);
+    b->pins--;
+    unlock(b);
+  }
+}
+
+/* ---- public ---- */
+
+static devrt_status stack_of(devrt_runtime* rt, devrt_resource** top) { return devrt_runtime_resource(rt, top); }
+
+devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
+  DV_RT_CHECK(rt, "devrt_block_alloc");
+  DV_ARG_CHECK(out && size, "devrt_block_alloc", "size %zu is 0 or out %p is NULL (tag %s)", size, (void*)out,
+               tag ? tag : "untagged");
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_block_alloc"));
+  unsigned slot = DV_SID_SLOT(stream);
+  devrt_resource* top = NULL;
+  DV_CHECK(stack_of(rt, &top));
+  void* p = NULL;
+  DV_CHECK(devrt_resource_allocate(top, size, stream, tag, &p));
+  dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
+  uint32_t i = 0;
+  devrt_status st = dv_pev_record(rt, slot, s, &ready);
+  if (st == DEVRT_OK && (st = take_index(rt->blocks, slot, &i)) != DEVRT_OK) dv_pev_unref(rt, ready);
+  if (st != DEVRT_OK) {
+    devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
+    return st;
+  }
+  dv_blk* b = at(rt->blocks, i);
+  lock(b);
+  if (!b->readers) b->readers = b->inl, b->capreaders = INLINE_READERS;
+  b->gen++;
+  b->live = true;
+  b->pins = 0;
+  b->ptr = p, b->size = size, b->tag = tag, b->stream = stream;
+  b->writer = ready;
+  b->nreaders = 0;
+  uint64_t h = b->gen << INDEX_BITS | (i + 1);
+  unlock(b);
+  atomic_fetch_add_explicit(&rt->evslots[slot].allocs, 1, memory_order_relaxed);
+  *out = h;
+  return DEVRT_OK;
+}
+
+/* The free is a write on the runtime's free stream: it waits for the last writer and every
+ * reader still running, and no user stream is made to wait for it. */
+devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
+  DV_RT_CHECK(rt, "devrt_block_free");
+  devrt_stream fs = 0;
+  dv_stream* s = NULL;
+  devrt_resource* top = NULL;
+  DV_CHECK(dv_internal_stream(rt, &fs));
+  DV_CHECK(dv_stream_get(rt, fs, &s, "devrt_block_free"));
+  DV_CHECK(stack_of(rt, &top));
+  unsigned slot = DV_SID_SLOT(fs);
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_locked(rt, h, "devrt_block_free", &st);
+  if (!b) return st;
+  if (b->pins) {
+    unlock(b);
+    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
+                   h, b->tag ? b->tag : "untagged");
+  }
+  b->pins = FREEING;
+  WAIT_BUF(rt, w);
+  unsigned n = 0;
+  gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n);
+  void* p = b->ptr;
+  size_t size = b->size;
+  unlock(b);
+  st = dv_waits_issue(rt, s, slot, w, n);
+  WAIT_BUF_FREE(w);
+  if (st == DEVRT_OK) st = devrt_resource_deallocate(top, p, size, fs);
+  lock(b);
+  if (st == DEVRT_OK) {
+    b->live = false;
+    clear_readers(rt, b);
+    if (b->writer) dv_pev_unref(rt, b->writer);
+    b->writer = NULL;
+  }
+  b->pins = 0; /* a refused free leaves the block as it was */
+  unlock(b);
+  if (st != DEVRT_OK) return st;
+  give_index(rt->blocks, (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1));
+  atomic_fetch_add_explicit(&rt->evslots[slot].frees, 1, memory_order_relaxed);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_block_ptr(devrt_runtime* rt, devrt_block h, void** out) {
+  DV_RT_CHECK(rt, "devrt_block_ptr");
+  DV_ARG_CHECK(out, "devrt_block_ptr", "out is NULL");
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_locked(rt, h, "devrt_block_ptr", &st);
+  if (!b) return st;
+  *out = b->ptr;
+  unlock(b);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_info* out) {
+  DV_RT_CHECK(rt, "devrt_block_info_get");
+  DV_ARG_CHECK(out, "devrt_block_info_get", "out is NULL");
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_locked(rt, h, "devrt_block_info_get", &st);
+  if (!b) return st;
+  *out = (devrt_block_info){.ptr = b->ptr, .size = b->size, .tag = b->tag, .stream = b->stream,
+                            .generation = b->gen, .readers = b->nreaders,
+                            .writer_complete = !b->writer || dv_pev_done(rt, b->writer)};
+  unlock(b);
+  return DEVRT_OK;
+}
+
+static devrt_status use_args(devrt_runtime* rt, devrt_stream stream, devrt_access a, dv_stream** s, const char* call) {
+  DV_RT_CHECK(rt, call);
+  if (a < DEVRT_ACCESS_READ || a > DEVRT_ACCESS_READ_WRITE)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: access %d is not READ, WRITE or READ_WRITE", call, (int)a);
+  return dv_stream_get(rt, stream, s, call);
+}
+
+devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream, devrt_access a) {
+  dv_stream* s = NULL;
+  DV_CHECK(use_args(rt, stream, a, &s, "devrt_prepare_block_use"));
+  unsigned slot = DV_SID_SLOT(stream), n = 0;
+  devrt_status st = DEVRT_OK;
+  WAIT_BUF(rt, w);
+  dv_blk* b = get_locked(rt, h, "devrt_prepare_block_use", &st);
+  if (b) {
+    gather(rt, b, a, slot, w, &n);
+    unlock(b);
+    st = dv_waits_issue(rt, s, slot, w, n);
+  }
+  WAIT_BUF_FREE(w);
+  return st;
+}
+
+devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream, devrt_access a) {
+  dv_stream* s = NULL;
+  DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
+  unsigned slot = DV_SID_SLOT(stream);
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_locked(rt, h, "devrt_finish_block_use", &st); /* check before recording anything */
+  if (!b) return st;
+  unlock(b);
+  dv_pev* ev = NULL;
+  DV_CHECK(dv_pev_record(rt, slot, s, &ev));
+  if ((b = get_locked(rt, h, "devrt_finish_block_use", &st)) != NULL) { /* freed meanwhile: nothing to record */
+    record_use(rt, b, a, slot, ev);
+    unlock(b);
+  }
+  dv_pev_unref(rt, ev);
+  return st;
+}
+
+devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
+  DV_RT_CHECK(rt, "devrt_block_stats_get");
+  DV_ARG_CHECK(out, "devrt_block_stats_get", "out is NULL");
+  *out = (devrt_block_stats){0};
+  uint64_t frees = 0;
+  for (unsigned i = 0; i < rt->nslots; i++) {
+    dv_evslot* e = &rt->evslots[i];
+#define SUM(field, from) out->field += atomic_load_explicit(&e->from, memory_order_relaxed)
+    SUM(blocks_allocated, allocs);
+    SUM(waits_inserted, waits);
+    SUM(waits_skipped_same_stream, same);
+    SUM(waits_skipped_complete, complete);
+    SUM(waits_coalesced, coalesced);
+    SUM(events_recorded, recorded);
+    SUM(events_reused, reused);
+    SUM(events_created, created);
+    SUM(launches, launches);
+#undef SUM
+    frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
+  }
+  out->deferred_frees = frees;
+  out->blocks_live = out->blocks_allocated - frees;
+  out->stale_refusals = atomic_load_explicit(&rt->stale_refusals, memory_order_relaxed);
+  out->refused_launches = atomic_load_explicit(&rt->refused_launches, memory_order_relaxed);
+  devrt_resource* top = NULL;
+  devrt_resource_figures f;
+  if (atomic_load(&rt->stack) && stack_of(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
+    out->reaped_bytes = f.reaped_bytes;
+  return DEVRT_OK;
+}

@@ -1,0 +1,68 @@
+/* block.h (internal): the pooled, reference-counted events that mark stream points (events.c),
+ * and the use-tracking steps blocks and recorded launches share (block.c): pin the blocks a
+ * piece of work touches and gather the waits it needs, then record where it ends. */
+#ifndef DEVRT_BLOCK_INTERNAL_H
+#define DEVRT_BLOCK_INTERNAL_H
+
+#include <stdlib.h>
+#include "../core/runtime.h"
+
+/* A point in one stream slot's work. Events of one slot complete in `seq` order. */
+typedef struct dv_pev {
+  dv_event* ev;
+  _Atomic uint32_t refs;
+  uint32_t slot;
+  uint64_t seq;
+  struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
+} dv_pev;
+
+/* Per stream slot: the record lock (so seq follows the stream's order even when threads share a
+ * stream), the free events, the completion watermark, and the counters of work on this slot. */
+typedef struct dv_evslot {
+  _Alignas(64) pthread_mutex_t mu;
+  uint64_t seq;
+  dv_pev *free, *all, *last; /* last: the newest record (holds a reference) */
+  _Atomic uint64_t done_seq; /* every event with seq <= this has completed */
+  _Atomic uint64_t waits, same, complete, coalesced, recorded, reused, created, launches;
+  _Atomic uint64_t allocs, frees;
+} dv_evslot;
+
+devrt_status dv_blocks_init(devrt_runtime* rt);
+void dv_blocks_fini(devrt_runtime* rt);
+
+/* events.c */
+/* Records a pooled event on stream s of `slot`; the caller owns one reference. */
+devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
+static inline void dv_pev_ref(dv_pev* p) { atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); }
+void dv_pev_unref(devrt_runtime* rt, dv_pev* p);
+/* p is known to have completed (a poll or a synchronize saw its slot get past it). */
+bool dv_pev_done(devrt_runtime* rt, const dv_pev* p);
+/* Queries each slot's newest event once and advances the slots' watermarks. */
+void dv_events_poll(devrt_runtime* rt);
+/* Stream synchronize hooks: the seq to mark done once the synchronize has returned. */
+uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot);
+void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
+
+/* block.c: the steps of a tracked use. */
+typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
+typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b; } dv_use;
+
+/* Room for one wait per source slot: on the stack for pools of up to 64 streams. */
+#define WAIT_BUF(rt, name)                                                                    \
+  dv_wait name##_stack[64];                                                                   \
+  dv_wait* name = (rt)->nslots <= 64 ? name##_stack : malloc((rt)->nslots * sizeof *name);    \
+  if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
+#define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
+
+/* Pins each block (a pinned block cannot be freed) and gathers, per source slot, the newest
+ * event stream `slot` must wait for; nothing is pinned or held if it fails. waits has room for
+ * rt->nslots entries. */
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits,
+                         unsigned* nwaits, const char* call);
+/* Makes s wait on every gathered event, then drops them. */
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n);
+/* Records where the work ends (ev, on `slot`) on each pinned block, then unpins them; ev NULL
+ * only unpins. */
+void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev);
+
+#endif

@@ -1,0 +1,174 @@
+/* launch.c: modules and kernels (devrt's embedded ones or a user's image), and recorded launches:
+ * validate and dedup the uses, pin and gather the waits, issue them, launch (or run the caller's
+ * enqueue), record one event for every block, reap now and then. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../block/block.h"
+
+#define MODULE_MAGIC 0x6d6f64756c65ull /* "module" */
+#define KERNEL_MAGIC 0x6b65726e656cull /* "kernel" */
+#define REAP_EVERY 32                  /* launches per slot between opportunistic reaps */
+
+struct devrt_kernel {
+  _Atomic uint64_t magic;
+  devrt_module* module;
+  dv_kernel* k;
+  struct devrt_kernel* next;
+  char name[];
+};
+
+struct devrt_module {
+  _Atomic uint64_t magic;
+  devrt_runtime* rt;
+  dv_module* m;
+  pthread_mutex_t mu;
+  devrt_kernel* kernels;
+};
+
+devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out) {
+  DV_RT_CHECK(rt, "devrt_module_load");
+  DV_ARG_CHECK(out, "devrt_module_load", "out is NULL");
+  devrt_module* m = calloc(1, sizeof *m);
+  if (!m) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_module_load: out of host memory");
+  devrt_status st = rt->be->module_load(rt->dev, image, &m->m);
+  if (st != DEVRT_OK) {
+    free(m);
+    return st;
+  }
+  m->rt = rt;
+  pthread_mutex_init(&m->mu, NULL);
+  atomic_store(&m->magic, MODULE_MAGIC);
+  *out = m;
+  return DEVRT_OK;
+}
+
+static bool module_ok(devrt_module* m) { return m && atomic_load_explicit(&m->magic, memory_order_relaxed) == MODULE_MAGIC; }
+
+devrt_status devrt_module_unload(devrt_runtime* rt, devrt_module* m) {
+  DV_RT_CHECK(rt, "devrt_module_unload");
+  DV_ARG_CHECK(module_ok(m), "devrt_module_unload", "module %p is NULL or unloaded", (void*)m);
+  DV_ARG_CHECK(m->rt == rt, "devrt_module_unload", "module %p belongs to another runtime", (void*)m);
+  atomic_store(&m->magic, 0);
+  for (devrt_kernel *k = m->kernels, *nx; k; k = nx) {
+    nx = k->next;
+    atomic_store(&k->magic, 0);
+    free(k);
+  }
+  rt->be->module_unload(rt->dev, m->m);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** out) {
+  DV_ARG_CHECK(module_ok(m), "devrt_kernel_get", "module %p is NULL or unloaded", (void*)m);
+  DV_ARG_CHECK(name && *name && out, "devrt_kernel_get", "name or out is NULL or empty");
+  pthread_mutex_lock(&m->mu);
+  devrt_kernel* k = m->kernels;
+  while (k && strcmp(k->name, name)) k = k->next;
+  devrt_status st = DEVRT_OK;
+  dv_kernel* dk = NULL;
+  if (!k && (st = m->rt->be->kernel_get(m->m, name, &dk)) == DEVRT_OK) {
+    size_t len = strlen(name) + 1;
+    if ((k = malloc(sizeof *k + len)) != NULL) {
+      atomic_init(&k->magic, KERNEL_MAGIC);
+      k->module = m, k->k = dk, k->next = m->kernels;
+      memcpy(k->name, name, len);
+      m->kernels = k;
+    } else {
+      st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_kernel_get: out of host memory");
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (st == DEVRT_OK) *out = k;
+  return st;
+}
+
+static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
+  atomic_fetch_add_explicit(&rt->refused_launches, 1, memory_order_relaxed);
+  return st;
+}
+
+/* Everything about the launch that can be checked before touching a block or a stream. */
+static devrt_status check(devrt_runtime* rt, const devrt_launch_desc* d) {
+  DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch", "give exactly one of kernel %p and enqueue", (void*)d->kernel);
+  if (d->kernel) {
+    devrt_kernel* k = d->kernel;
+    DV_ARG_CHECK(atomic_load_explicit(&k->magic, memory_order_relaxed) == KERNEL_MAGIC, "devrt_launch",
+                 "kernel %p is not a kernel, or its module was unloaded", (void*)k);
+    DV_ARG_CHECK(k->module->rt == rt, "devrt_launch", "kernel %s belongs to another runtime", k->name);
+    DV_ARG_CHECK(d->grid[0] && d->block[0], "devrt_launch", "grid.x %u or block.x %u is 0 (kernel %s)", d->grid[0],
+                 d->block[0], k->name);
+  }
+  DV_ARG_CHECK(d->nuses <= DEVRT_LAUNCH_MAX_USES && (d->uses || !d->nuses), "devrt_launch",
+               "%u uses (at most %u) at %p", d->nuses, DEVRT_LAUNCH_MAX_USES, (const void*)d->uses);
+  for (unsigned i = 0; i < d->nuses; i++)
+    DV_ARG_CHECK(d->uses[i].access >= DEVRT_ACCESS_READ && d->uses[i].access <= DEVRT_ACCESS_READ_WRITE, "devrt_launch",
+                 "use %u: access %d is not READ, WRITE or READ_WRITE", i, (int)d->uses[i].access);
+  return DEVRT_OK;
+}
+
+/* One entry per block; read + write of the same block -> read-write. */
+static unsigned dedup(const devrt_block_use* in, unsigned n, dv_use* u) {
+  unsigned m = 0;
+  for (unsigned i = 0; i < n; i++) {
+    unsigned j = 0;
+    while (j < m && u[j].block != in[i].block) j++;
+    if (j == m) u[m++] = (dv_use){in[i].block, in[i].access, NULL};
+    else u[j].access |= in[i].access;
+  }
+  return m;
+}
+
+static unsigned dim(unsigned v) { return v ? v : 1; }
+
+static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
+  if (d->enqueue) return d->enqueue(d->user, id, rt->be->stream_native(s));
+  dv_dim3 g = {d->grid[0], dim(d->grid[1]), dim(d->grid[2])}, b = {d->block[0], dim(d->block[1]), dim(d->block[2])};
+  return rt->be->launch(s, d->kernel->k, g, b, d->shared_bytes, d->args);
+}
+
+static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id) {
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, id, &s, "devrt_launch"));
+  unsigned slot = DV_SID_SLOT(id), nw = 0;
+  dv_use u[DEVRT_LAUNCH_MAX_USES];
+  unsigned n = dedup(d->uses, d->nuses, u);
+  WAIT_BUF(rt, w);
+  devrt_status st = dv_uses_pin(rt, u, n, slot, w, &nw, "devrt_launch");
+  if (st != DEVRT_OK) {
+    WAIT_BUF_FREE(w);
+    return refuse(rt, st);
+  }
+  st = dv_waits_issue(rt, s, slot, w, nw);
+  WAIT_BUF_FREE(w);
+  if (st == DEVRT_OK) st = run(rt, d, id, s);
+  dv_pev* ev = NULL;
+  if (st == DEVRT_OK && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK)
+    rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+  dv_uses_finish(rt, u, n, slot, ev);
+  if (ev) dv_pev_unref(rt, ev);
+  if (st != DEVRT_OK) return st;
+  if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
+      atomic_load_explicit(&rt->stack, memory_order_relaxed))
+    devrt_reap_pending(rt, 0, NULL); /* opportunistic: a failure here belongs to no launch */
+  return DEVRT_OK;
+}
+
+devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
+  DV_RT_CHECK(rt, "devrt_launch");
+  if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
+  devrt_status st = check(rt, d);
+  if (st != DEVRT_OK) return refuse(rt, st);
+  if (d->stream) {
+    dv_stream* s = NULL;
+    if ((st = dv_stream_get(rt, d->stream, &s, "devrt_launch")) != DEVRT_OK) return refuse(rt, st);
+    return launch_on(rt, d, d->stream);
+  }
+  devrt_stream id = 0;
+  DV_CHECK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id));
+  st = launch_on(rt, d, id);
+  devrt_stream_release(rt, id);
+  return st;
+}
