@@ -341,8 +341,8 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   return DEVRT_OK;
 }
 
-/* Gives every cached block back to upstream, ordered after its free through a stream of our own
- * lease (SHARE never fails and keeps the id valid until we release it). */
+/* Gives every cached block back to upstream on the runtime's own stream, ordered after each
+ * block's free on its stream (that stream's lease may have ended long ago). */
 static devrt_status release_all(cache* c, uint64_t* bytes) {
   devrt_resource* self = &c->base;
   devrt_runtime* rt = self->rt;
@@ -354,7 +354,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
   if (!any) return DEVRT_OK;
   devrt_stream tid = 0;
   dv_stream* tbs = NULL;
-  DV_CHECK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &tid));
+  DV_CHECK(dv_internal_stream(rt, &tid));
   devrt_status first = dv_stream_get(rt, tid, &tbs, "caching trim");
   for (unsigned i = 0; i < c->nslots && first == DEVRT_OK; i++) {
     slot* t = &c->slots[i];
@@ -406,7 +406,6 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       unlock(&t->mu);
     }
   }
-  devrt_stream_release(rt, tid);
   return first;
 }
 
