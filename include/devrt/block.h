@@ -51,7 +51,7 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
 /* Frees the block once every use recorded so far has completed: the free is enqueued on the
  * runtime's free stream after waits on the outstanding writer and readers (never on a user's
  * stream, which would make that stream wait for unrelated work), its bytes move from live to
- * pending, and devrt_reap_pending retires them. The handle is stale at once. A block that a
+ * pending (or to cached, under a caching layer), and devrt_reap_pending retires them. The handle is stale at once. A block that a
  * launch on another thread is issuing against is refused with INVALID_STATE. Thread-safe. */
 devrt_status devrt_block_free(devrt_runtime* rt, devrt_block block);
 

@@ -129,9 +129,7 @@ static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_str
   return rt->be->launch(s, d->kernel->k, g, b, d->shared_bytes, d->args);
 }
 
-static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id) {
-  dv_stream* s = NULL;
-  DV_CHECK(dv_stream_get(rt, id, &s, "devrt_launch"));
+static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n = dedup(d->uses, d->nuses, u);
@@ -161,14 +159,14 @@ devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
   if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
   devrt_status st = check(rt, d);
   if (st != DEVRT_OK) return refuse(rt, st);
+  dv_stream* s = NULL;
   if (d->stream) {
-    dv_stream* s = NULL;
     if ((st = dv_stream_get(rt, d->stream, &s, "devrt_launch")) != DEVRT_OK) return refuse(rt, st);
-    return launch_on(rt, d, d->stream);
+    return launch_on(rt, d, d->stream, s);
   }
   devrt_stream id = 0;
-  DV_CHECK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id));
-  st = launch_on(rt, d, id);
+  if ((st = devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id)) != DEVRT_OK) return refuse(rt, st);
+  if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK) st = launch_on(rt, d, id, s);
   devrt_stream_release(rt, id);
   return st;
 }

@@ -352,7 +352,7 @@ static void async_destroy(devrt_resource* self) {
 static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   enum { N = 8 };
   devrt_stream sid = 0;
-  DV_CHECK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &sid));
+  DV_CHECK(dv_internal_stream(rt, &sid)); /* never one of the user's pool streams */
   dv_stream* s = NULL;
   void* p[N] = {0};
   unsigned got = 0;
@@ -377,7 +377,6 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   }
   devrt_status ss = devrt_stream_synchronize(rt, sid);
   if (st == DEVRT_OK) st = ss;
-  devrt_stream_release(rt, sid);
   if (st != DEVRT_OK) return st;
   if (!g) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "async create: cannot measure the pool's granularity (%u blocks at one address)", got);
   g &= ~g + 1; /* its power-of-two part, at least 256 */
