@@ -75,6 +75,8 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
   return 0;
 }
 
-void bench_end(bench_suite* b) {
-  if (b->opts->json) printf("\n]}\n");
+void bench_end(bench_suite* b) { bench_end_fields(b, NULL); }
+
+void bench_end_fields(bench_suite* b, const char* fields) {
+  if (b->opts->json) printf("\n]%s%s}\n", fields ? "," : "", fields ? fields : "");
 }

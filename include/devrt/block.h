@@ -3,7 +3,8 @@
  *
  * A devrt_block is a value handle (slot index + generation) into the runtime's block table. A
  * freed block's handle is refused with DEVRT_ERR_STALE_BLOCK for ever after, even once its slot
- * and its device address have been handed out again.
+ * and its device address have been handed out again; so is another runtime's handle
+ * (generations are process-wide). Handle 0 is INVALID_ARGUMENT.
  *
  * Ordering model. Each block remembers its last writer (an event on the stream that wrote it;
  * seeded at allocation with an "allocation ready" event) and, since that write, one reader event
@@ -37,7 +38,7 @@ typedef struct devrt_block_info {
   size_t size;
   const char* tag;          /* as given to devrt_block_alloc (not copied) */
   devrt_stream stream;      /* the stream it was allocated on (that lease may have ended) */
-  uint64_t generation;      /* process-wide monotonic: every allocation gets a new one */
+  uint64_t generation;      /* process-wide monotonic (40 bits): every allocation gets a new one */
   unsigned readers;         /* streams with an outstanding read since the last write */
   bool writer_complete;     /* the last write is known to have completed */
 } devrt_block_info;

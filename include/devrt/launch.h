@@ -53,10 +53,11 @@ typedef struct devrt_launch_desc {
 
 #define DEVRT_LAUNCH_MAX_USES 256u
 
-/* Issues one recorded launch. Errors: a NULL or stale block (STALE_BLOCK, nothing enqueued), a
- * bad stream, kernel or shape (INVALID_ARGUMENT), a block being freed (INVALID_STATE), or the
- * backend's failure to wait, launch or record (the launch is then not recorded on the blocks
- * and later users wait for the stream's prior work only). Thread-safe. */
+/* Issues one recorded launch. Refused with nothing enqueued: a stale or foreign block
+ * (STALE_BLOCK), block 0 or a bad stream, kernel, shape or access (INVALID_ARGUMENT), a block
+ * being freed (INVALID_STATE). A backend failure to wait or launch leaves the blocks' records as
+ * they were; if the record after the work fails, devrt synchronizes the stream before
+ * returning the error, so no untracked work is left running. Thread-safe. */
 devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* desc);
 
 #ifdef __cplusplus

@@ -10,13 +10,17 @@
 
 enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3 };
 #define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
+#define GEN_MASK ((1ull << 40) - 1)
+
+/* Generations are process-wide, so a handle of another runtime never matches a record here. */
+static _Atomic uint64_t next_gen = 1;
 #define FREEING 0x80000000u
 
 typedef struct dv_blk {
   atomic_flag lock;
   bool live;
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
-  uint64_t gen;  /* of the current (or last) allocation in this slot */
+  uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
   void* ptr;
   size_t size;
   const char* tag;
@@ -141,7 +145,7 @@ static void give_index(struct dv_blocks* t, uint32_t i) {
 static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
   atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
   if (!h) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: block 0 is not a block", call);
-  return dv_fail(DEVRT_ERR_STALE_BLOCK, "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64 ") is freed or was never allocated",
+  return dv_fail(DEVRT_ERR_STALE_BLOCK, "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64 ") is freed, was never allocated, or belongs to another runtime",
                  call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1), (uint64_t)(h >> INDEX_BITS));
 }
 
@@ -160,20 +164,29 @@ static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, de
 
 /* ---- tracking ---- */
 
-/* Adds event p (from p's slot) to what stream `slot` must wait for: at most one per source slot,
- * the newest. Skips the slot's own events and events known complete. */
-static void want(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
+/* Counts of one pass over blocks, added to the slot's counters once at its end. */
+typedef struct counts { uint32_t same, complete, coalesced; } counts;
+
+static void counts_flush(dv_evslot* es, const counts* c) {
+  if (c->same) atomic_fetch_add_explicit(&es->same, c->same, memory_order_relaxed);
+  if (c->complete) atomic_fetch_add_explicit(&es->complete, c->complete, memory_order_relaxed);
+  if (c->coalesced) atomic_fetch_add_explicit(&es->coalesced, c->coalesced, memory_order_relaxed);
+}
+
+/* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
+ * Skips the slot's own events and events known complete. */
+static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, counts* c) {
   if (p->slot == slot) {
-    atomic_fetch_add_explicit(&es->same, 1, memory_order_relaxed);
+    c->same++;
     return;
   }
   if (dv_pev_done(rt, p)) {
-    atomic_fetch_add_explicit(&es->complete, 1, memory_order_relaxed);
+    c->complete++;
     return;
   }
   for (unsigned k = 0; k < *n; k++)
     if (w[k].slot == p->slot) {
-      atomic_fetch_add_explicit(&es->coalesced, 1, memory_order_relaxed);
+      c->coalesced++;
       if (p->seq > w[k].ev->seq) {
         dv_pev_ref(p);
         dv_pev_unref(rt, w[k].ev);
@@ -185,11 +198,10 @@ static void want(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev* p, dv_
   w[(*n)++] = (dv_wait){p->slot, p};
 }
 
-static void gather(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_wait* w, unsigned* n) {
-  dv_evslot* es = &rt->evslots[slot];
-  if (b->writer) want(rt, es, slot, b->writer, w, n);
+static void gather(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, counts* c) {
+  if (b->writer) want(rt, slot, b->writer, w, n, c);
   if (a & DEVRT_ACCESS_WRITE)
-    for (unsigned k = 0; k < b->nreaders; k++) want(rt, es, slot, b->readers[k].ev, w, n);
+    for (unsigned k = 0; k < b->nreaders; k++) want(rt, slot, b->readers[k].ev, w, n, c);
 }
 
 static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
@@ -199,6 +211,7 @@ static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
                          const char* call) {
   devrt_status st = DEVRT_OK;
+  counts c = {0};
   *nw = 0;
   unsigned k = 0;
   for (; k < n; k++) {
@@ -210,11 +223,14 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
       break;
     }
     b->pins++;
-    gather(rt, b, u[k].access, slot, w, nw);
+    gather(rt, b, u[k].access, slot, w, nw, &c);
     unlock(b);
     u[k].b = b;
   }
-  if (k == n) return DEVRT_OK;
+  if (k == n) {
+    counts_flush(&rt->evslots[slot], &c);
+    return DEVRT_OK;
+  }
   while (k--) {
     lock(u[k].b);
     u[k].b->pins--;
@@ -228,29 +244,58 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n) {
   devrt_status st = DEVRT_OK;
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = rt->be->stream_wait(s, w[k].ev->ev);
-  if (st == DEVRT_OK) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
+  if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
   drop_waits(rt, w, n);
   return st;
 }
 
-static void clear_readers(devrt_runtime* rt, dv_blk* b) {
-  for (unsigned k = 0; k < b->nreaders; k++) dv_pev_unref(rt, b->readers[k].ev);
+/* References moved by one pass over blocks: the new event's gains summed into one add, the old
+ * events' losses grouped per event (most blocks of a launch share their old event too). */
+typedef struct refs {
+  dv_pev* ev;
+  uint32_t gain;
+  unsigned n;
+  dv_pev* drop[8];
+  uint32_t cnt[8];
+} refs;
+
+static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
+  for (unsigned k = 0; k < r->n; k++)
+    if (r->drop[k] == p) {
+      r->cnt[k]++;
+      return;
+    }
+  if (r->n == 8) {
+    dv_pev_unref(rt, p);
+    return;
+  }
+  r->drop[r->n] = p, r->cnt[r->n++] = 1;
+}
+
+/* The caller still holds its own reference on r->ev, so the delayed add is safe. */
+static void refs_apply(devrt_runtime* rt, refs* r) {
+  if (r->gain) atomic_fetch_add_explicit(&r->ev->refs, r->gain, memory_order_relaxed);
+  for (unsigned k = 0; k < r->n; k++) dv_pev_unref_n(rt, r->drop[k], r->cnt[k]);
+}
+
+static void clear_readers(devrt_runtime* rt, dv_blk* b, refs* r) {
+  for (unsigned k = 0; k < b->nreaders; k++) drop(rt, r, b->readers[k].ev);
   b->nreaders = 0;
 }
 
-/* Records a read by `slot` at ev (b locked): replaces that slot's entry, or appends one after
+/* Records a read by `slot` at r->ev (b locked): replaces that slot's entry, or appends one after
  * pruning the entries known complete; false if the list cannot grow. */
-static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, dv_pev* ev) {
-  dv_pev_ref(ev);
+static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, refs* r) {
   for (unsigned k = 0; k < b->nreaders; k++)
     if (b->readers[k].slot == slot) {
-      dv_pev_unref(rt, b->readers[k].ev);
-      b->readers[k].ev = ev;
+      drop(rt, r, b->readers[k].ev);
+      b->readers[k].ev = r->ev;
+      r->gain++;
       return true;
     }
   for (unsigned k = 0; k < b->nreaders;)
     if (dv_pev_done(rt, b->readers[k].ev)) {
-      dv_pev_unref(rt, b->readers[k].ev);
+      drop(rt, r, b->readers[k].ev);
       b->readers[k] = b->readers[--b->nreaders];
     } else {
       k++;
@@ -258,35 +303,35 @@ static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, dv_pev* ev) 
   if (b->nreaders == b->capreaders) {
     unsigned cap = b->capreaders * 2;
     dv_wait* v = malloc(cap * sizeof *v);
-    if (!v) {
-      dv_pev_unref(rt, ev);
-      return false;
-    }
+    if (!v) return false;
     memcpy(v, b->readers, b->nreaders * sizeof *v);
     if (b->readers != b->inl) free(b->readers);
     b->readers = v, b->capreaders = cap;
   }
-  b->readers[b->nreaders++] = (dv_wait){slot, ev};
+  b->readers[b->nreaders++] = (dv_wait){slot, r->ev};
+  r->gain++;
   return true;
 }
 
-static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_pev* ev) {
-  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, b, slot, ev)) return;
+static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, refs* r) {
+  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, b, slot, r)) return;
   /* a write; or a read there is no room to track, kept as a write, which every later use respects */
-  clear_readers(rt, b);
-  if (b->writer) dv_pev_unref(rt, b->writer);
-  dv_pev_ref(ev);
-  b->writer = ev;
+  clear_readers(rt, b, r);
+  if (b->writer) drop(rt, r, b->writer);
+  b->writer = r->ev;
+  r->gain++;
 }
 
 void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev) {
+  refs r = {.ev = ev};
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = u[k].b;
     lock(b);
-    if (ev) record_use(rt, b, u[k].access, slot, ev);
+    if (ev) record_use(rt, b, u[k].access, slot, &r);
     b->pins--;
     unlock(b);
   }
+  refs_apply(rt, &r);
 }
 
 /* ---- public ---- */
@@ -315,7 +360,7 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
   dv_blk* b = at(rt->blocks, i);
   lock(b);
   if (!b->readers) b->readers = b->inl, b->capreaders = INLINE_READERS;
-  b->gen++;
+  b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
   b->live = true;
   b->pins = 0;
   b->ptr = p, b->size = size, b->tag = tag, b->stream = stream;
@@ -350,22 +395,26 @@ devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
   b->pins = FREEING;
   WAIT_BUF(rt, w);
   unsigned n = 0;
-  gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n);
+  counts c = {0};
+  gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
+  counts_flush(&rt->evslots[slot], &c);
   void* p = b->ptr;
   size_t size = b->size;
   unlock(b);
   st = dv_waits_issue(rt, s, slot, w, n);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = devrt_resource_deallocate(top, p, size, fs);
+  refs r = {0};
   lock(b);
   if (st == DEVRT_OK) {
     b->live = false;
-    clear_readers(rt, b);
-    if (b->writer) dv_pev_unref(rt, b->writer);
+    clear_readers(rt, b, &r);
+    if (b->writer) drop(rt, &r, b->writer);
     b->writer = NULL;
   }
   b->pins = 0; /* a refused free leaves the block as it was */
   unlock(b);
+  refs_apply(rt, &r);
   if (st != DEVRT_OK) return st;
   give_index(rt->blocks, (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1));
   atomic_fetch_add_explicit(&rt->evslots[slot].frees, 1, memory_order_relaxed);
@@ -411,8 +460,10 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   WAIT_BUF(rt, w);
   dv_blk* b = get_locked(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
-    gather(rt, b, a, slot, w, &n);
+    counts c = {0};
+    gather(rt, b, a, slot, w, &n, &c);
     unlock(b);
+    counts_flush(&rt->evslots[slot], &c);
     st = dv_waits_issue(rt, s, slot, w, n);
   }
   WAIT_BUF_FREE(w);
@@ -429,10 +480,12 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   unlock(b);
   dv_pev* ev = NULL;
   DV_CHECK(dv_pev_record(rt, slot, s, &ev));
+  refs r = {.ev = ev};
   if ((b = get_locked(rt, h, "devrt_finish_block_use", &st)) != NULL) { /* freed meanwhile: nothing to record */
-    record_use(rt, b, a, slot, ev);
+    record_use(rt, b, a, slot, &r);
     unlock(b);
   }
+  refs_apply(rt, &r);
   dv_pev_unref(rt, ev);
   return st;
 }

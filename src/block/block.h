@@ -34,7 +34,8 @@ void dv_blocks_fini(devrt_runtime* rt);
 /* Records a pooled event on stream s of `slot`; the caller owns one reference. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
 static inline void dv_pev_ref(dv_pev* p) { atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); }
-void dv_pev_unref(devrt_runtime* rt, dv_pev* p);
+void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n);
+static inline void dv_pev_unref(devrt_runtime* rt, dv_pev* p) { dv_pev_unref_n(rt, p, 1); }
 /* p is known to have completed (a poll or a synchronize saw its slot get past it). */
 bool dv_pev_done(devrt_runtime* rt, const dv_pev* p);
 /* Queries each slot's newest event once and advances the slots' watermarks. */

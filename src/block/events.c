@@ -61,8 +61,8 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
 }
 
 /* Safe to recycle at once: a wait already enqueued on the event keeps the point it captured. */
-void dv_pev_unref(devrt_runtime* rt, dv_pev* p) {
-  if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
+  if (atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel) != n) return;
   dv_evslot* es = &rt->evslots[p->slot];
   pthread_mutex_lock(&es->mu);
   p->next = es->free, es->free = p;

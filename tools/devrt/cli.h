@@ -8,6 +8,8 @@ typedef struct cli_opts {
   int rounds;
 } cli_opts;
 int cli_info(const cli_opts* o);
+int cli_stats(const cli_opts* o);
 int bench_device(const cli_opts* o);
 int bench_alloc(const cli_opts* o);
+int bench_launch(const cli_opts* o);
 #endif

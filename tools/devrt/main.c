@@ -1,4 +1,5 @@
-/* main.c: the devrt command line: `devrt info`, `devrt bench <suite>`; each takes --json. */
+/* main.c: the devrt command line: `devrt info`, `devrt stats`, `devrt bench <suite>`; each takes
+ * --json. */
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
@@ -7,10 +8,15 @@ static int usage(FILE* f) {
   fprintf(f,
           "usage: devrt <command> [options]\n"
           "  info [--json] [--ordinal N]     backend chosen and why; device facts; SM split dry runs\n"
+          "  stats [--json] [--ordinal N]    runs a built-in recorded workload; block tracking counters\n"
+          "                                  and the resource stack's figures\n"
           "  bench device [--json] [--ordinal N] [--rounds R]\n"
           "                                  device-layer calls through devrt vs the raw calls\n"
           "  bench alloc [--json] [--ordinal N] [--rounds R]\n"
           "                                  the resource stack vs the raw pool alloc/free pair\n"
+          "  bench launch [--json] [--ordinal N] [--rounds R]\n"
+          "                                  recorded launches vs raw launches, one stream and across two;\n"
+          "                                  fails if devrt inserts more waits than the minimum\n"
           "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
           "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, DEVRT_CACHE,\n"
           "     DEVRT_LOG, DEVRT_LOG_FORMAT\n");
@@ -33,9 +39,11 @@ int main(int argc, char** argv) {
     }
   }
   if (!strcmp(argv[1], "info")) return cli_info(&o);
+  if (!strcmp(argv[1], "stats")) return cli_stats(&o);
   if (!strcmp(argv[1], "bench")) {
     if (!strcmp(argv[2], "device")) return bench_device(&o);
     if (!strcmp(argv[2], "alloc")) return bench_alloc(&o);
+    if (!strcmp(argv[2], "launch")) return bench_launch(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }
