@@ -1,0 +1,114 @@
+/* test_block_stress.c: blocks and recorded launches under 8 threads, DEVRT_STRESS_ITERS (1024)
+ * rounds each: alloc -> fill x on A -> slow copy x to y on B -> overwrite x on A -> checksum y on
+ * C -> free (half freed while that work may still run), every result checked. */
+#include <pthread.h>
+#include "launch_util.h"
+
+enum { THREADS = 8, N = 256 };
+
+static devrt_runtime* rt;
+static kernels K;
+static int iters = 1024;
+
+typedef struct worker {
+  int id;
+  uint64_t corrupt, errors, checked;
+} worker;
+
+static void fail(worker* w, const char* what) {
+  if (!w->errors++) fprintf(stderr, "thread %d: %s: %s\n", w->id, what, devrt_last_error());
+}
+
+static void drop(worker* w, devrt_block* b) {
+  if (*b && devrt_block_free(rt, *b)) fail(w, "devrt_block_free");
+  *b = 0;
+}
+
+static void round_trip(worker* w, const devrt_stream* s, int ns, int it) {
+  devrt_stream a = s[it % ns], b = s[(it + 1) % ns], c = s[(it + 2) % ns];
+  uint32_t v = ((uint32_t)w->id << 20) + (uint32_t)it + 1;
+  devrt_block x = 0, y = 0, r = 0;
+  unsigned long long sum = 0;
+  if (devrt_block_alloc(rt, N * 4, a, "stress x", &x) || devrt_block_alloc(rt, N * 4, b, "stress y", &y) ||
+      devrt_block_alloc(rt, sizeof sum, c, "stress sum", &r)) {
+    fail(w, "devrt_block_alloc");
+  } else if (k_fill(rt, &K, a, x, v, N, 0, true) || k_copy(rt, &K, b, y, x, N, 20000, true) ||
+             k_fill(rt, &K, a, x, ~v, N, 0, true) || k_checksum(rt, &K, c, y, N, r)) {
+    fail(w, "devrt_launch");
+  } else {
+    bool early = it & 1; /* freed while the copy and the checksum may still be queued */
+    if (early) drop(w, &x), drop(w, &y);
+    if (b_read(rt, c, r, &sum, sizeof sum)) fail(w, "read back");
+    else w->corrupt += sum != (unsigned long long)v * N;
+    if (!early && it % 8 == 0) w->corrupt += (b_wrong(rt, a, y, N, v) != 0) + (b_wrong(rt, c, x, N, ~v) != 0);
+    w->checked++;
+  }
+  drop(w, &x), drop(w, &y), drop(w, &r);
+  if (it % 64 == 0 && devrt_reap_pending(rt, 0, NULL)) fail(w, "devrt_reap_pending");
+}
+
+static void* run(void* arg) {
+  worker* w = arg;
+  devrt_stream s[3];
+  int ns = 2 + (w->id & 1); /* even threads: C is A */
+  for (int i = 0; i < ns; i++)
+    if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s[i])) {
+      fail(w, "devrt_stream_acquire");
+      return NULL;
+    }
+  for (int it = 0; it < iters; it++) round_trip(w, s, ns, it);
+  for (int i = 0; i < ns; i++)
+    if (devrt_stream_release(rt, s[i])) fail(w, "devrt_stream_release");
+  return NULL;
+}
+
+int main(void) {
+  const char* env = getenv("DEVRT_STRESS_ITERS");
+  if (env && (iters = atoi(env)) <= 0) {
+    fprintf(stderr, "DEVRT_STRESS_ITERS=%s: want a positive count\n", env);
+    return 1;
+  }
+  rt = t_runtime();
+  k_load(rt, &K);
+  devrt_resource* top = NULL;
+  devrt_resource_figures f0, f;
+  REQUIRE_OK(devrt_runtime_resource(rt, &top));
+  REQUIRE_OK(devrt_resource_query(top, &f0));
+  devrt_block_stats st0 = bstats(rt);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+
+  worker w[THREADS];
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (worker){.id = i};
+    pthread_create(&t[i], NULL, run, &w[i]);
+  }
+  uint64_t corrupt = 0, errors = 0, checked = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    corrupt += w[i].corrupt, errors += w[i].errors, checked += w[i].checked;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+
+  uint64_t bytes = 0;
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, &bytes));
+  CHECK_OK(devrt_resource_query(top, &f));
+  devrt_block_stats st = bstats(rt);
+  uint64_t rounds = (uint64_t)THREADS * (uint64_t)iters;
+  printf("%d threads x %d rounds in %.2f s: %llu checked, %llu corrupted, %llu errors; %llu launches, "
+         "%llu waits inserted, %llu coalesced, %llu deferred frees\n",
+         THREADS, iters, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+         (unsigned long long)checked, (unsigned long long)corrupt, (unsigned long long)errors,
+         (unsigned long long)(st.launches - st0.launches), (unsigned long long)(st.waits_inserted - st0.waits_inserted),
+         (unsigned long long)(st.waits_coalesced - st0.waits_coalesced),
+         (unsigned long long)(st.deferred_frees - st0.deferred_frees));
+  CHECK(corrupt == 0 && errors == 0 && checked == rounds);
+  CHECK(st.blocks_allocated - st0.blocks_allocated == 3 * rounds && st.blocks_live == st0.blocks_live);
+  CHECK(st.launches - st0.launches == 5 * rounds && st.refused_launches == st0.refused_launches);
+  CHECK(st.stale_refusals == st0.stale_refusals);
+  CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0);
+  CHECK_OK(devrt_module_unload(rt, K.mod));
+  CHECK_OK(devrt_runtime_destroy(rt));
+  return t_done();
+}
