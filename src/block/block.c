@@ -503,12 +503,13 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     SUM(waits_skipped_same_stream, same);
     SUM(waits_skipped_complete, complete);
     SUM(waits_coalesced, coalesced);
-    SUM(events_recorded, recorded);
-    SUM(events_reused, reused);
     SUM(events_created, created);
     SUM(launches, launches);
 #undef SUM
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
+    pthread_mutex_lock(&e->mu);
+    out->events_recorded += e->recorded, out->events_reused += e->reused;
+    pthread_mutex_unlock(&e->mu);
   }
   out->deferred_frees = frees;
   out->blocks_live = out->blocks_allocated - frees;

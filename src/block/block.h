@@ -20,10 +20,11 @@ typedef struct dv_pev {
  * stream), the free events, the completion watermark, and the counters of work on this slot. */
 typedef struct dv_evslot {
   _Alignas(64) pthread_mutex_t mu;
-  uint64_t seq;
-  dv_pev *free, *all, *last; /* last: the newest record (holds a reference) */
-  _Atomic uint64_t done_seq; /* every event with seq <= this has completed */
-  _Atomic uint64_t waits, same, complete, coalesced, recorded, reused, created, launches;
+  _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
+  dv_pev *free, *all, *last;  /* last: the newest record (holds a reference) */
+  uint64_t recorded, reused;  /* under mu */
+  _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
+  _Atomic uint64_t waits, same, complete, coalesced, created, launches;
   _Atomic uint64_t allocs, frees;
 } dv_evslot;
 

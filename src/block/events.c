@@ -46,15 +46,16 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   dv_pev* old = NULL;
   if (st == DEVRT_OK) {
     atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
-    p->seq = ++es->seq;
+    p->seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
+    atomic_store_explicit(&es->seq, p->seq, memory_order_relaxed);
     old = es->last, es->last = p;
+    es->recorded++;
+    es->reused += !fresh;
   } else {
     p->next = es->free, es->free = p;
   }
   pthread_mutex_unlock(&es->mu);
   if (st != DEVRT_OK) return st;
-  if (!fresh) atomic_fetch_add_explicit(&es->reused, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&es->recorded, 1, memory_order_relaxed);
   if (old) dv_pev_unref(rt, old);
   *out = p;
   return DEVRT_OK;
@@ -76,6 +77,8 @@ bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
 void dv_events_poll(devrt_runtime* rt) {
   for (unsigned i = 0; i < rt->nslots; i++) {
     dv_evslot* es = &rt->evslots[i];
+    if (atomic_load_explicit(&es->done_seq, memory_order_relaxed) >= atomic_load_explicit(&es->seq, memory_order_relaxed))
+      continue; /* nothing recorded since the last poll saw it complete (a hint: a miss waits for the next poll) */
     pthread_mutex_lock(&es->mu);
     dv_pev* p = es->last;
     if (p) dv_pev_ref(p);
@@ -88,11 +91,7 @@ void dv_events_poll(devrt_runtime* rt) {
 }
 
 uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot) {
-  dv_evslot* es = &rt->evslots[slot];
-  pthread_mutex_lock(&es->mu);
-  uint64_t seq = es->seq;
-  pthread_mutex_unlock(&es->mu);
-  return seq;
+  return atomic_load_explicit(&rt->evslots[slot].seq, memory_order_acquire);
 }
 
 void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) { max_store(&rt->evslots[slot].done_seq, seq); }

@@ -8,7 +8,7 @@
 
 #define MODULE_MAGIC 0x6d6f64756c65ull /* "module" */
 #define KERNEL_MAGIC 0x6b65726e656cull /* "kernel" */
-#define REAP_EVERY 32                  /* launches per slot between opportunistic reaps */
+#define REAP_EVERY 128                 /* launches per slot between opportunistic reaps */
 
 struct devrt_kernel {
   _Atomic uint64_t magic;
