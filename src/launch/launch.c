@@ -143,7 +143,7 @@ static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, dev
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   dv_pev* ev = NULL;
-  if (st == DEVRT_OK && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK)
+  if (st == DEVRT_OK && n && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK) /* no blocks: nothing to record */
     rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   dv_uses_finish(rt, u, n, slot, ev);
   if (ev) dv_pev_unref(rt, ev);
