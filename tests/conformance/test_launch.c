@@ -466,6 +466,39 @@ static void backend_failures(void) {
   release(&x, 1);
 }
 
+/* A user's image: PTX written here, loaded with devrt_module_load, launched like devrt's own
+ * kernels (cuda); the host backend loads no CUDA images and says so. */
+static const char user_ptx[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry user_set(.param .u64 p, .param .u32 v) {\n"
+    "  .reg .b64 %rd<3>;\n  .reg .b32 %r<2>;\n"
+    "  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r1, [v];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n  st.global.u32 [%rd2], %r1;\n  ret;\n}\n";
+
+static void user_image(void) {
+  devrt_module* m = NULL;
+  devrt_status st = devrt_module_load(rt, user_ptx, &m);
+  if (!t_is_cuda(rt)) {
+    CHECK_STATUS(st, DEVRT_ERR_UNSUPPORTED);
+    return;
+  }
+  CHECK_OK(st);
+  devrt_kernel* kern = NULL;
+  if (st != DEVRT_OK || devrt_kernel_get(m, "user_set", &kern) != DEVRT_OK) return;
+  CHECK_STATUS(devrt_kernel_get(m, "no_such_kernel", &(devrt_kernel*){NULL}), DEVRT_ERR_INVALID_ARGUMENT);
+  devrt_block b = 0;
+  REQUIRE_OK(devrt_block_alloc(rt, 4, S[0], "user", &b));
+  void* p = bptr(rt, b);
+  uint32_t v = 0x5eedu;
+  void* args[] = {&p, &v};
+  devrt_block_use u = {b, DEVRT_ACCESS_WRITE};
+  devrt_launch_desc d = {.stream = S[0], .kernel = kern, .grid = {1}, .block = {1}, .args = args, .uses = &u, .nuses = 1};
+  CHECK_OK(devrt_launch(rt, &d));
+  CHECK(b_word(rt, S[1], b) == 0x5eedu); /* read on another stream: ordered by the tracked write */
+  CHECK_OK(devrt_block_free(rt, b));
+  CHECK_OK(devrt_module_unload(rt, m));
+}
+
 int main(void) {
   rt = t_runtime();
   k_load(rt, &K);
@@ -485,6 +518,7 @@ int main(void) {
   backend_failures();
   max_uses();
   many_streams();
+  user_image();
 
   devrt_block_stats st = bstats(rt);
   CHECK(st.blocks_live == 0);

@@ -1,10 +1,11 @@
-/* test_block_stress.c: blocks and recorded launches under 8 threads, DEVRT_STRESS_ITERS (1024)
+/* test_block_stress.c: blocks and recorded launches under 8 threads x DEVRT_STRESS_ITERS (1024)
  * rounds each: alloc -> fill x on A -> slow copy x to y on B -> overwrite x on A -> checksum y on
- * C -> free (half freed while that work may still run), every result checked. */
+ * C -> free (half freed while that work may still run), every result checked; then 16 threads x a
+ * quarter of the rounds, so the sanitizers see the tracking path under 16 threads. */
 #include <pthread.h>
 #include "launch_util.h"
 
-enum { THREADS = 8, N = 256 };
+enum { MAX_THREADS = 16, N = 256 };
 
 static devrt_runtime* rt;
 static kernels K;
@@ -62,14 +63,8 @@ static void* run(void* arg) {
   return NULL;
 }
 
-int main(void) {
-  const char* env = getenv("DEVRT_STRESS_ITERS");
-  if (env && (iters = atoi(env)) <= 0) {
-    fprintf(stderr, "DEVRT_STRESS_ITERS=%s: want a positive count\n", env);
-    return 1;
-  }
-  rt = t_runtime();
-  k_load(rt, &K);
+/* nthreads workers x iters rounds, every result checked; the stack and counters end where they began. */
+static void phase(int nthreads) {
   devrt_resource* top = NULL;
   devrt_resource_figures f0, f;
   REQUIRE_OK(devrt_runtime_resource(rt, &top));
@@ -78,14 +73,14 @@ int main(void) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
 
-  worker w[THREADS];
-  pthread_t t[THREADS];
-  for (int i = 0; i < THREADS; i++) {
+  worker w[MAX_THREADS];
+  pthread_t t[MAX_THREADS];
+  for (int i = 0; i < nthreads; i++) {
     w[i] = (worker){.id = i};
     pthread_create(&t[i], NULL, run, &w[i]);
   }
   uint64_t corrupt = 0, errors = 0, checked = 0;
-  for (int i = 0; i < THREADS; i++) {
+  for (int i = 0; i < nthreads; i++) {
     pthread_join(t[i], NULL);
     corrupt += w[i].corrupt, errors += w[i].errors, checked += w[i].checked;
   }
@@ -95,10 +90,10 @@ int main(void) {
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, &bytes));
   CHECK_OK(devrt_resource_query(top, &f));
   devrt_block_stats st = bstats(rt);
-  uint64_t rounds = (uint64_t)THREADS * (uint64_t)iters;
+  uint64_t rounds = (uint64_t)nthreads * (uint64_t)iters;
   printf("%d threads x %d rounds in %.2f s: %llu checked, %llu corrupted, %llu errors; %llu launches, "
          "%llu waits inserted, %llu coalesced, %llu deferred frees\n",
-         THREADS, iters, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+         nthreads, iters, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
          (unsigned long long)checked, (unsigned long long)corrupt, (unsigned long long)errors,
          (unsigned long long)(st.launches - st0.launches), (unsigned long long)(st.waits_inserted - st0.waits_inserted),
          (unsigned long long)(st.waits_coalesced - st0.waits_coalesced),
@@ -108,6 +103,19 @@ int main(void) {
   CHECK(st.launches - st0.launches == 5 * rounds && st.refused_launches == st0.refused_launches);
   CHECK(st.stale_refusals == st0.stale_refusals);
   CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0);
+}
+
+int main(void) {
+  const char* env = getenv("DEVRT_STRESS_ITERS");
+  if (env && (iters = atoi(env)) <= 0) {
+    fprintf(stderr, "DEVRT_STRESS_ITERS=%s: want a positive count\n", env);
+    return 1;
+  }
+  rt = t_runtime();
+  k_load(rt, &K);
+  phase(8); /* the 8 x 1024 */
+  iters = iters / 4 ? iters / 4 : 1;
+  phase(MAX_THREADS); /* and 16 threads, for the sanitizers */
   CHECK_OK(devrt_module_unload(rt, K.mod));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();
