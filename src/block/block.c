@@ -143,8 +143,8 @@ static void give_index(struct dv_blocks* t, uint32_t i) {
 }
 
 static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
-  atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
   if (!h) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: block 0 is not a block", call);
+  atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
   return dv_fail(DEVRT_ERR_STALE_BLOCK, "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64 ") is freed, was never allocated, or belongs to another runtime",
                  call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1), (uint64_t)(h >> INDEX_BITS));
 }
@@ -385,15 +385,19 @@ devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
   DV_CHECK(stack_of(rt, &top));
   unsigned slot = DV_SID_SLOT(fs);
   devrt_status st = DEVRT_OK;
+  WAIT_BUF(rt, w); /* before the lock: it may return */
   dv_blk* b = get_locked(rt, h, "devrt_block_free", &st);
-  if (!b) return st;
-  if (b->pins) {
+  if (b && b->pins) {
     unlock(b);
-    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
-                   h, b->tag ? b->tag : "untagged");
+    st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
+                 h, b->tag ? b->tag : "untagged");
+    b = NULL;
+  }
+  if (!b) {
+    WAIT_BUF_FREE(w);
+    return st;
   }
   b->pins = FREEING;
-  WAIT_BUF(rt, w);
   unsigned n = 0;
   counts c = {0};
   gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n, &c);

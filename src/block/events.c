@@ -47,7 +47,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   if (st == DEVRT_OK) {
     atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
     p->seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
-    atomic_store_explicit(&es->seq, p->seq, memory_order_relaxed);
+    atomic_store_explicit(&es->seq, p->seq, memory_order_release); /* after the record: sync_begin relies on it */
     old = es->last, es->last = p;
     es->recorded++;
     es->reused += !fresh;

@@ -1,5 +1,5 @@
-/* budget.c: the byte budget over a resource stack: lock-free admission against live + pending +
- * cached (read from the stack's shared account), the pressure ladder (reap, trim, optionally wait
+/* budget.c: the byte budget over a resource stack: lock-free admission, one CAS on the stack's
+ * held word (live + pending + cached), the pressure ladder (reap, trim, optionally wait
  * for pending frees, then the caller's fallback) before OVER_BUDGET, and nested sub-budgets. */
 #include <inttypes.h>
 #include <stdlib.h>
