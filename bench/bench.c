@@ -62,6 +62,7 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
     return -1;
   }
   bench_stat sd = stat_of(d, rounds), sr = stat_of(r, rounds);
+  b->devrt = sd, b->raw = sr;
   double ratio = sd.median / sr.median, over = sd.median - sr.median;
   if (b->opts->json)
     printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"

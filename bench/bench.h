@@ -16,6 +16,7 @@ typedef struct bench_suite {
   const cli_opts* opts;
   const char* suite;
   int rows;
+  bench_stat devrt, raw; /* the last bench_pair's statistics (ns/op), for a suite's own footer */
 } bench_suite;
 
 uint64_t bench_now_ns(void);

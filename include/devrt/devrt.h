@@ -10,4 +10,6 @@
 #include "devrt/resource.h"
 #include "devrt/block.h"
 #include "devrt/launch.h"
+#include "devrt/semaphore.h"
+#include "devrt/queue.h"
 #endif

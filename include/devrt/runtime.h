@@ -38,6 +38,10 @@ typedef struct devrt_config {
   bool cache;                     /* DEVRT_CACHE=0|1: the caching layer (default on) */
   const char* log_path;           /* DEVRT_LOG=path: the logging layer, off when NULL */
   bool log_jsonl;                 /* DEVRT_LOG_FORMAT=csv|jsonl (default csv) */
+  /* Semaphores and the submission queue (semaphore.h, queue.h): */
+  uint64_t wait_spin_ns;          /* DEVRT_WAIT_SPIN_NS: host waits spin this long, then block (default 20000) */
+  int completion;                 /* DEVRT_COMPLETION=sync|hostfn: how device completion reaches the host
+                                     (a devrt_completion_mode, queue.h; default sync) */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.

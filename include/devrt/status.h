@@ -24,6 +24,7 @@ typedef enum devrt_status {
   DEVRT_ERR_CANCELLED,           /* the object was destroyed while the call waited */
   DEVRT_ERR_OUT_OF_RESOURCES,    /* a bounded pool (streams, slots, events) is exhausted */
   DEVRT_ERR_BACKEND_ERROR,       /* any other driver or backend failure */
+  DEVRT_ERR_DEVICE_LOST,         /* a sticky device error: the context is unusable */
   DEVRT_STATUS_COUNT_
 } devrt_status;
 

@@ -31,8 +31,10 @@ typedef struct dv_host_kernel_def {
   unsigned arg_size[8];  /* bytes of each argument, so a launch can copy them */
 } dv_host_kernel_def;
 
-/* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails. */
-typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_OPS_ } dv_fault_op;
+/* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails.
+ * DV_FAULT_DEVICE is sticky, like a CUDA launch fault: from its Nth event query or synchronize
+ * on, every event query and synchronize fails (a lost device). */
+typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_DEVICE, DV_FAULT_OPS_ } dv_fault_op;
 
 typedef struct dv_backend {
   const char* name;
@@ -71,6 +73,8 @@ typedef struct dv_backend {
   devrt_status (*kernel_get)(dv_module* m, const char* name, dv_kernel** out);
   devrt_status (*launch)(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim3 block,
                          unsigned shmem, void** args);
+  /* The byte size of each of k's parameters (at most `max`), so a deferred launch can copy them. */
+  devrt_status (*kernel_params)(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n);
 
   devrt_status (*split_query)(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out);
   /* A green context (host: a worker slice) of the first group of one split of min_sms. */

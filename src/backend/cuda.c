@@ -195,7 +195,20 @@ static devrt_status cu_stream_wait(dv_stream* s, dv_event* e) {
   return DEVRT_OK;
 }
 
+/* DV_FAULT_DEVICE: once hit, event queries and syncs keep failing, like a sticky launch fault. */
+static _Atomic bool faulted;
+static bool device_faulted(void) {
+  if (atomic_load_explicit(&faulted, memory_order_acquire)) return true;
+  if (!dv_fault_hit(&faults[DV_FAULT_DEVICE])) return false;
+  atomic_store(&faulted, true);
+  return true;
+}
+#define FAULTED(call)                                                                             \
+  if (DV_UNLIKELY(device_faulted()))                                                              \
+  return dv_fail(DEVRT_ERR_BACKEND_ERROR, call ": injected device fault (sticky: the device is lost)")
+
 static devrt_status cu_event_query(dv_event* e, bool* complete) {
+  FAULTED("cuEventQuery");
   CUresult r = D->cuEventQuery((CUevent)e);
   *complete = r == CUDA_SUCCESS;
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return DEVRT_OK;
@@ -203,6 +216,7 @@ static devrt_status cu_event_query(dv_event* e, bool* complete) {
 }
 
 static devrt_status cu_event_sync(dv_event* e) {
+  FAULTED("cuEventSynchronize");
   CU(D->cuEventSynchronize((CUevent)e), "cuEventSynchronize", "(event %p)", (void*)e);
   return DEVRT_OK;
 }
@@ -320,6 +334,20 @@ static devrt_status cu_launch(dv_stream* s, dv_kernel* k, dv_dim3 g, dv_dim3 b, 
   return DEVRT_OK;
 }
 
+static devrt_status cu_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {
+  if (!D->cuFuncGetParamInfo) return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuFuncGetParamInfo: the driver (%d) lacks it (CUDA 12.4+)", D->version);
+  unsigned i = 0;
+  for (size_t off, size;; i++) {
+    CUresult r = D->cuFuncGetParamInfo((CUfunction)k, i, &off, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break; /* past the last parameter */
+    if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuFuncGetParamInfo", "(parameter %u)", i);
+    if (i == max) return dv_fail(DEVRT_ERR_UNSUPPORTED, "kernel_params: more than %u parameters", max);
+    sizes[i] = (unsigned)size;
+  }
+  *n = i;
+  return DEVRT_OK;
+}
+
 static unsigned split_flags(unsigned flags) {
   return (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING) ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0;
 }
@@ -413,6 +441,7 @@ const dv_backend dv_cuda_backend = {
     .module_unload = cu_module_unload,
     .kernel_get = cu_kernel_get,
     .launch = cu_launch,
+    .kernel_params = cu_kernel_params,
     .split_query = cu_split_query,
     .green_create = cu_green_create,
     .green_destroy = cu_green_destroy,

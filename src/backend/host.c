@@ -23,6 +23,7 @@ struct dv_dev {
   uint64_t release_threshold;
   _Atomic uint64_t used, high;             /* pool bytes handed out (rounded sizes) */
   _Atomic unsigned faults[DV_FAULT_OPS_];  /* armed fault countdowns */
+  _Atomic bool faulted;                    /* DV_FAULT_DEVICE hit: event queries and syncs fail */
 };
 
 struct dv_green { unsigned first, count; };  /* a slice of the device's workers */
@@ -61,6 +62,7 @@ struct dv_stream {
 /* A fence: reached when s->completed >= target. s NULL: never recorded. */
 struct dv_event {
   pthread_mutex_t mu;
+  dv_dev* dev;
   dv_stream* s;  /* holds a reference, so the fence outlives the stream */
   uint64_t target;
 };
@@ -275,10 +277,11 @@ static void* host_stream_native(dv_stream* s) { return s; }
 /* ---- events ---- */
 
 static devrt_status host_event_create(dv_dev* d, unsigned flags, dv_event** out) {
-  (void)d, (void)flags; /* blocking/timing flags mean nothing here: syncs always block */
+  (void)flags; /* blocking/timing flags mean nothing here: syncs always block */
   if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_create: out is NULL");
   dv_event* e = calloc(1, sizeof *e);
   if (!e) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host event_create: out of host memory");
+  e->dev = d;
   pthread_mutex_init(&e->mu, NULL);
   *out = e;
   return DEVRT_OK;
@@ -339,8 +342,20 @@ static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
   return DEVRT_OK;
 }
 
+/* DV_FAULT_DEVICE: once its countdown hits, the device stays faulted (a sticky error). */
+static bool device_faulted(dv_dev* d) {
+  if (atomic_load_explicit(&d->faulted, memory_order_acquire)) return true;
+  if (!dv_fault_hit(&d->faults[DV_FAULT_DEVICE])) return false;
+  atomic_store(&d->faulted, true);
+  return true;
+}
+#define FAULTED(e, call)                                                                          \
+  if (device_faulted((e)->dev))                                                                   \
+  return dv_fail(DEVRT_ERR_BACKEND_ERROR, call ": injected device fault (sticky: the device is lost)")
+
 static devrt_status host_event_query(dv_event* e, bool* complete) {
   if (!e || !complete) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_query: event or out is NULL");
+  FAULTED(e, "host event_query");
   pthread_mutex_lock(&e->mu);
   *complete = !e->s || fence_reached(e->s, e->target);
   pthread_mutex_unlock(&e->mu);
@@ -349,6 +364,7 @@ static devrt_status host_event_query(dv_event* e, bool* complete) {
 
 static devrt_status host_event_sync(dv_event* e) {
   if (!e) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_sync: event is NULL");
+  FAULTED(e, "host event_sync");
   dv_stream* s;
   uint64_t target;
   if (!event_snapshot(e, &s, &target)) return DEVRT_OK;
@@ -492,6 +508,14 @@ static devrt_status host_kernel_get(dv_module* m, const char* name, dv_kernel** 
   return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host kernel_get: no kernel named '%s'", name);
 }
 
+static devrt_status host_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {
+  const dv_host_kernel_def* def = (const dv_host_kernel_def*)(const void*)k;
+  if (def->nargs > max) return dv_fail(DEVRT_ERR_UNSUPPORTED, "host kernel_params: %s has %u parameters (at most %u)", def->name, def->nargs, max);
+  memcpy(sizes, def->arg_size, def->nargs * sizeof *sizes);
+  *n = def->nargs;
+  return DEVRT_OK;
+}
+
 static size_t arg_slot(unsigned size) { /* bytes an argument takes in the op, kept aligned */
   return (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
 }
@@ -599,6 +623,7 @@ const dv_backend dv_host_backend = {
     .module_unload = host_module_unload,
     .kernel_get = host_kernel_get,
     .launch = host_launch,
+    .kernel_params = host_kernel_params,
     .split_query = host_split_query,
     .green_create = host_green_create,
     .green_destroy = host_green_destroy,

@@ -19,6 +19,7 @@ static _Atomic uint64_t next_gen = 1;
 typedef struct dv_blk {
   atomic_flag lock;
   bool live;
+  bool pending; /* reserved by a queued allocation that has not been issued: no memory yet */
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
   uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
   void* ptr;
@@ -162,6 +163,18 @@ static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, de
   return NULL;
 }
 
+/* As get_locked, and the block must have its memory (not a queued allocation still pending). */
+static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
+  dv_blk* b = get_locked(rt, h, call, st);
+  if (b && b->pending) {
+    unlock(b);
+    *st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " (tag %s) is a queued allocation not issued yet: wait for its submission's signal",
+                  call, h, b->tag ? b->tag : "untagged");
+    return NULL;
+  }
+  return b;
+}
+
 /* ---- tracking ---- */
 
 /* Counts of one pass over blocks, added to the slot's counters once at its end. */
@@ -215,7 +228,7 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
   *nw = 0;
   unsigned k = 0;
   for (; k < n; k++) {
-    dv_blk* b = get_locked(rt, u[k].block, call, &st);
+    dv_blk* b = get_ready(rt, u[k].block, call, &st);
     if (!b) break;
     if (b->pins & FREEING) {
       unlock(b);
@@ -338,55 +351,82 @@ void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_
 
 static devrt_status stack_of(devrt_runtime* rt, devrt_resource** top) { return devrt_runtime_resource(rt, top); }
 
+static uint32_t index_of(devrt_block h) { return (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1); }
+
+devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
+  uint32_t i = 0;
+  DV_CHECK(take_index(rt->blocks, DV_SID_SLOT(stream), &i));
+  dv_blk* b = at(rt->blocks, i);
+  lock(b);
+  if (!b->readers) b->readers = b->inl, b->capreaders = INLINE_READERS;
+  b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
+  b->live = b->pending = true;
+  b->pins = 0;
+  b->ptr = NULL, b->size = size, b->tag = tag, b->stream = stream;
+  b->writer = NULL;
+  b->nreaders = 0;
+  *out = b->gen << INDEX_BITS | (i + 1);
+  unlock(b);
+  return DEVRT_OK;
+}
+
+void dv_block_cancel(devrt_runtime* rt, devrt_block h) {
+  devrt_status st;
+  dv_blk* b = get_locked(rt, h, "dv_block_cancel", &st);
+  if (!b) return;
+  b->live = b->pending = false;
+  unlock(b);
+  give_index(rt->blocks, index_of(h));
+}
+
+devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s, dv_pev** ready_out) {
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_locked(rt, h, "devrt_block_alloc", &st);
+  if (!b) return st;
+  size_t size = b->size;
+  const char* tag = b->tag;
+  unlock(b); /* a pending block cannot be used or freed: nobody else touches it meanwhile */
+  devrt_resource* top = NULL;
+  void* p = NULL;
+  dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
+  if ((st = devrt_runtime_resource(rt, &top)) == DEVRT_OK && (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
+      (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
+    devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
+  if (st != DEVRT_OK) {
+    dv_block_cancel(rt, h);
+    return st;
+  }
+  if (ready_out) dv_pev_ref(ready), *ready_out = ready;
+  lock(b);
+  b->ptr = p, b->stream = stream, b->writer = ready;
+  b->pending = false;
+  unlock(b);
+  atomic_fetch_add_explicit(&rt->evslots[DV_SID_SLOT(stream)].allocs, 1, memory_order_relaxed);
+  return DEVRT_OK;
+}
+
 devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
   DV_RT_CHECK(rt, "devrt_block_alloc");
   DV_ARG_CHECK(out && size, "devrt_block_alloc", "size %zu is 0 or out %p is NULL (tag %s)", size, (void*)out,
                tag ? tag : "untagged");
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_block_alloc"));
-  unsigned slot = DV_SID_SLOT(stream);
-  devrt_resource* top = NULL;
-  DV_CHECK(stack_of(rt, &top));
-  void* p = NULL;
-  DV_CHECK(devrt_resource_allocate(top, size, stream, tag, &p));
-  dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
-  uint32_t i = 0;
-  devrt_status st = dv_pev_record(rt, slot, s, &ready);
-  if (st == DEVRT_OK && (st = take_index(rt->blocks, slot, &i)) != DEVRT_OK) dv_pev_unref(rt, ready);
-  if (st != DEVRT_OK) {
-    devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
-    return st;
-  }
-  dv_blk* b = at(rt->blocks, i);
-  lock(b);
-  if (!b->readers) b->readers = b->inl, b->capreaders = INLINE_READERS;
-  b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
-  b->live = true;
-  b->pins = 0;
-  b->ptr = p, b->size = size, b->tag = tag, b->stream = stream;
-  b->writer = ready;
-  b->nreaders = 0;
-  uint64_t h = b->gen << INDEX_BITS | (i + 1);
-  unlock(b);
-  atomic_fetch_add_explicit(&rt->evslots[slot].allocs, 1, memory_order_relaxed);
+  devrt_block h = 0;
+  DV_CHECK(dv_block_reserve(rt, size, stream, tag, &h));
+  DV_CHECK(dv_block_commit(rt, h, stream, s, NULL));
   *out = h;
   return DEVRT_OK;
 }
 
 /* The free is a write on the runtime's free stream: it waits for the last writer and every
  * reader still running, and no user stream is made to wait for it. */
-devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
-  DV_RT_CHECK(rt, "devrt_block_free");
-  devrt_stream fs = 0;
-  dv_stream* s = NULL;
+devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s) {
   devrt_resource* top = NULL;
-  DV_CHECK(dv_internal_stream(rt, &fs));
-  DV_CHECK(dv_stream_get(rt, fs, &s, "devrt_block_free"));
   DV_CHECK(stack_of(rt, &top));
   unsigned slot = DV_SID_SLOT(fs);
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w); /* before the lock: it may return */
-  dv_blk* b = get_locked(rt, h, "devrt_block_free", &st);
+  dv_blk* b = get_ready(rt, h, "devrt_block_free", &st);
   if (b && b->pins) {
     unlock(b);
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
@@ -420,16 +460,25 @@ devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
   unlock(b);
   refs_apply(rt, &r);
   if (st != DEVRT_OK) return st;
-  give_index(rt->blocks, (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1));
+  give_index(rt->blocks, index_of(h));
   atomic_fetch_add_explicit(&rt->evslots[slot].frees, 1, memory_order_relaxed);
   return DEVRT_OK;
+}
+
+devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
+  DV_RT_CHECK(rt, "devrt_block_free");
+  devrt_stream fs = 0;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_internal_stream(rt, &fs));
+  DV_CHECK(dv_stream_get(rt, fs, &s, "devrt_block_free"));
+  return dv_block_free_on(rt, h, fs, s);
 }
 
 devrt_status devrt_block_ptr(devrt_runtime* rt, devrt_block h, void** out) {
   DV_RT_CHECK(rt, "devrt_block_ptr");
   DV_ARG_CHECK(out, "devrt_block_ptr", "out is NULL");
   devrt_status st = DEVRT_OK;
-  dv_blk* b = get_locked(rt, h, "devrt_block_ptr", &st);
+  dv_blk* b = get_ready(rt, h, "devrt_block_ptr", &st);
   if (!b) return st;
   *out = b->ptr;
   unlock(b);
@@ -462,7 +511,7 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   unsigned slot = DV_SID_SLOT(stream), n = 0;
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w);
-  dv_blk* b = get_locked(rt, h, "devrt_prepare_block_use", &st);
+  dv_blk* b = get_ready(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
     counts c = {0};
     gather(rt, b, a, slot, w, &n, &c);
@@ -479,7 +528,7 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
   unsigned slot = DV_SID_SLOT(stream);
   devrt_status st = DEVRT_OK;
-  dv_blk* b = get_locked(rt, h, "devrt_finish_block_use", &st); /* check before recording anything */
+  dv_blk* b = get_ready(rt, h, "devrt_finish_block_use", &st); /* check before recording anything */
   if (!b) return st;
   unlock(b);
   dv_pev* ev = NULL;
@@ -524,4 +573,11 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   if (atomic_load(&rt->stack) && stack_of(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
     out->reaped_bytes = f.reaped_bytes;
   return DEVRT_OK;
+}
+
+bool dv_block_live(devrt_runtime* rt, devrt_block h, const char* call) {
+  devrt_status st;
+  dv_blk* b = get_locked(rt, h, call, &st);
+  if (b) unlock(b);
+  return b != NULL;
 }

@@ -67,4 +67,16 @@ devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_w
  * only unpins. */
 void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev);
 
+/* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
+devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out);
+/* Allocates a reserved block's memory on held stream `stream` (s); on failure the handle is
+ * released (stale). ready (may be NULL) gets a reference to the allocation-ready event. */
+devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s, dv_pev** ready);
+/* Releases a reserved block that will never be committed. */
+void dv_block_cancel(devrt_runtime* rt, devrt_block h);
+/* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
+devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s);
+/* Whether h names a live block (pending or not), for checks before anything is queued. */
+bool dv_block_live(devrt_runtime* rt, devrt_block h, const char* call);
+
 #endif

@@ -45,6 +45,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   cfg->host_devices = 1;
   cfg->budget_percent = 100;
   cfg->cache = true;
+  cfg->wait_spin_ns = 20000;
   const char* b = getenv("DEVRT_BACKEND");
   if (b && *b) {
     if (!strcmp(b, "auto")) cfg->backend = DEVRT_BACKEND_AUTO;
@@ -83,6 +84,12 @@ devrt_status devrt_config_init(devrt_config* cfg) {
     if (strcmp(lf, "csv") && strcmp(lf, "jsonl")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
     cfg->log_jsonl = lf[0] == 'j';
   }
+  DV_CHECK(env_u64("DEVRT_WAIT_SPIN_NS", 0, 1000000000, &cfg->wait_spin_ns));
+  const char* cm = getenv("DEVRT_COMPLETION");
+  if (cm && *cm) {
+    if (strcmp(cm, "sync") && strcmp(cm, "hostfn")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_COMPLETION=\"%s\" is not sync or hostfn", cm);
+    cfg->completion = cm[0] == 'h';
+  }
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
   if (p && *p) {
     char* end;
@@ -99,12 +106,14 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
   if (c->ordinal < 0 || c->ordinal >= DEVRT_MAX_ORDINALS || (unsigned)c->backend > DEVRT_BACKEND_HOST ||
       c->stream_pool_size < 1 || c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 ||
       c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
-      (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)))
+      (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) || c->completion < 0 ||
+      c->completion > 1 || c->wait_spin_ns > 1000000000)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
-                   "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] without budget_bytes)",
+                   "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] without budget_bytes, "
+                   "completion %d in [0,1], wait_spin_ns %" PRIu64 " <= 1e9)",
                    call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size, DEVRT_MAX_STREAMS,
-                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent);
+                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent, c->completion, c->wait_spin_ns);
   return DEVRT_OK;
 }
 
@@ -164,6 +173,10 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
                 cfg->stream_priority, rt->info.priority_greatest, rt->info.priority_least);
   if (s == DEVRT_OK) s = dv_stream_pool_init(rt);
   if (s == DEVRT_OK && (s = dv_blocks_init(rt)) != DEVRT_OK) dv_stream_pool_fini(rt);
+  if (s == DEVRT_OK && (s = dv_queue_init(rt)) != DEVRT_OK) {
+    dv_blocks_fini(rt);
+    dv_stream_pool_fini(rt);
+  }
   if (s != DEVRT_OK) {
     if (rt->dev) be->device_close(rt->dev);
     free(rt);
@@ -185,6 +198,7 @@ devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out) 
 devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_RT_CHECK(rt, "devrt_runtime_destroy");
   DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
+  DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
   dv_blocks_fini(rt);

@@ -47,6 +47,7 @@ struct devrt_runtime {
 
   struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
   struct dv_blocks* blocks;  /* the block table (src/block) */
+  struct dv_queue* q;        /* the submission queue and its threads (src/sync) */
   _Atomic uint64_t refused_launches, stale_refusals;
 };
 
@@ -89,6 +90,8 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 void dv_events_fini(devrt_runtime* rt);
 void dv_stack_fini(devrt_runtime* rt);
+devrt_status dv_queue_init(devrt_runtime* rt);
+devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top);
 

@@ -9,6 +9,7 @@ static const char* const names[DEVRT_STATUS_COUNT_] = {
     "OK",          "INVALID_ARGUMENT", "OVER_BUDGET",      "STALE_BLOCK", "INVALID_STATE",
     "DEVICE_ALLOC_FAILED", "DEPENDENCY_FAILED", "UNSUPPORTED", "NO_DRIVER", "NO_DEVICE",
     "TIMEOUT",     "ABORTED",          "CANCELLED",        "OUT_OF_RESOURCES", "BACKEND_ERROR",
+    "DEVICE_LOST",
 };
 
 const char* devrt_status_name(devrt_status s) {

@@ -62,6 +62,7 @@ static void load(void) {
   ok = true; DV_CU_GREEN(DV_CU_RESOLVE) drv.has_green = ok;
   ok = true; DV_CU_GREEN_STREAM(DV_CU_RESOLVE) drv.has_green_streams = ok && drv.has_green;
   drv.has_structured_split = resolve("cuDevSmResourceSplit") != NULL;
+  drv.cuFuncGetParamInfo = (__typeof__(drv.cuFuncGetParamInfo))resolve("cuFuncGetParamInfo");
   CUresult r = drv.cuInit(0);
   if (r == CUDA_SUCCESS) r = drv.cuDriverGetVersion(&drv.version);
   if (r == CUDA_ERROR_NO_DEVICE) {

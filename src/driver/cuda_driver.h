@@ -40,6 +40,7 @@ typedef struct dv_driver {
   DV_CU_POOL(DV_CU_FIELD)
   DV_CU_GREEN(DV_CU_FIELD)
   DV_CU_GREEN_STREAM(DV_CU_FIELD)
+  __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
   int version;            /* cuDriverGetVersion, e.g. 13000 */
   bool has_pools, has_green, has_green_streams;
   bool has_structured_split; /* cuDevSmResourceSplit (CUDA 13.1) resolves */

@@ -4,16 +4,20 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../block/block.h"
+#include "launch.h"
 
 #define MODULE_MAGIC 0x6d6f64756c65ull /* "module" */
 #define KERNEL_MAGIC 0x6b65726e656cull /* "kernel" */
 #define REAP_EVERY 128                 /* launches per slot between opportunistic reaps */
 
+#define MAX_PARAMS 32u
+#define NO_PARAMS UINT32_MAX /* the backend cannot tell the parameters' sizes */
+
 struct devrt_kernel {
   _Atomic uint64_t magic;
   devrt_module* module;
   dv_kernel* k;
+  unsigned nparams, param_size[MAX_PARAMS]; /* for copies of the arguments of deferred launches */
   struct devrt_kernel* next;
   char name[];
 };
@@ -74,6 +78,7 @@ devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** 
     if ((k = malloc(sizeof *k + len)) != NULL) {
       atomic_init(&k->magic, KERNEL_MAGIC);
       k->module = m, k->k = dk, k->next = m->kernels;
+      if (m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams) != DEVRT_OK) k->nparams = NO_PARAMS;
       memcpy(k->name, name, len);
       m->kernels = k;
     } else {
@@ -91,7 +96,7 @@ static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
 }
 
 /* Everything about the launch that can be checked before touching a block or a stream. */
-static devrt_status check(devrt_runtime* rt, const devrt_launch_desc* d) {
+devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch", "give exactly one of kernel %p and enqueue", (void*)d->kernel);
   if (d->kernel) {
     devrt_kernel* k = d->kernel;
@@ -129,7 +134,34 @@ static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_str
   return rt->be->launch(s, d->kernel->k, g, b, d->shared_bytes, d->args);
 }
 
-static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
+static size_t arg_slot(unsigned size) { return (size + 15u) & ~(size_t)15u; }
+
+const char* dv_launch_name(const devrt_launch_desc* d) { return d->kernel ? d->kernel->name : "foreign work (enqueue)"; }
+
+devrt_status dv_launch_args_size(const devrt_launch_desc* d, unsigned* nargs, size_t* bytes) {
+  *bytes = 0, *nargs = 0;
+  if (!d->kernel) return DEVRT_OK;
+  const devrt_kernel* k = d->kernel;
+  if (k->nparams == NO_PARAMS)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "kernel %s: the driver cannot report its parameter sizes, so its arguments cannot be copied for a deferred launch", k->name);
+  if (k->nparams && !d->args) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s takes %u arguments; args is NULL", k->name, k->nparams);
+  for (unsigned i = 0; i < k->nparams; i++) {
+    if (!d->args[i]) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s: args[%u] is NULL", k->name, i);
+    *bytes += arg_slot(k->param_size[i]);
+  }
+  *nargs = k->nparams;
+  return DEVRT_OK;
+}
+
+void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char* data) {
+  const devrt_kernel* k = d->kernel;
+  for (unsigned i = 0; k && i < k->nparams; data += arg_slot(k->param_size[i]), i++) {
+    memcpy(data, d->args[i], k->param_size[i]);
+    ptrs[i] = data;
+  }
+}
+
+devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n = dedup(d->uses, d->nuses, u);
@@ -143,10 +175,11 @@ static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, dev
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   dv_pev* ev = NULL;
-  if (st == DEVRT_OK && n && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK) /* no blocks: nothing to record */
+  if (st == DEVRT_OK && (n || out) && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK) /* no blocks: nothing to record */
     rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   dv_uses_finish(rt, u, n, slot, ev);
-  if (ev) dv_pev_unref(rt, ev);
+  if (out) *out = ev;
+  else if (ev) dv_pev_unref(rt, ev);
   if (st != DEVRT_OK) return st;
   if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
       atomic_load_explicit(&rt->stack, memory_order_relaxed))
@@ -157,16 +190,16 @@ static devrt_status launch_on(devrt_runtime* rt, const devrt_launch_desc* d, dev
 devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_RT_CHECK(rt, "devrt_launch");
   if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
-  devrt_status st = check(rt, d);
+  devrt_status st = dv_launch_check(rt, d);
   if (st != DEVRT_OK) return refuse(rt, st);
   dv_stream* s = NULL;
   if (d->stream) {
     if ((st = dv_stream_get(rt, d->stream, &s, "devrt_launch")) != DEVRT_OK) return refuse(rt, st);
-    return launch_on(rt, d, d->stream, s);
+    return dv_launch_issue(rt, d, d->stream, s, NULL);
   }
   devrt_stream id = 0;
   if ((st = devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id)) != DEVRT_OK) return refuse(rt, st);
-  if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK) st = launch_on(rt, d, id, s);
+  if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK) st = dv_launch_issue(rt, d, id, s, NULL);
   devrt_stream_release(rt, id);
   return st;
 }

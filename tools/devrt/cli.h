@@ -12,4 +12,5 @@ int cli_stats(const cli_opts* o);
 int bench_device(const cli_opts* o);
 int bench_alloc(const cli_opts* o);
 int bench_launch(const cli_opts* o);
+int bench_sem(const cli_opts* o);
 #endif

@@ -17,9 +17,14 @@ static int usage(FILE* f) {
           "  bench launch [--json] [--ordinal N] [--rounds R]\n"
           "                                  recorded launches vs raw launches, one stream and across two;\n"
           "                                  fails if devrt inserts more waits than the minimum\n"
+          "  bench sem [--json] [--ordinal N] [--rounds R]\n"
+          "                                  semaphores and the submission queue vs raw events: GPU->GPU\n"
+          "                                  hops, device->host wakes per completion mode (latency, CPU),\n"
+          "                                  host signal -> parked work, 32768-step chains, idle CPU;\n"
+          "                                  fails if any dependency went through the host (host_hops)\n"
           "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
           "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, DEVRT_CACHE,\n"
-          "     DEVRT_LOG, DEVRT_LOG_FORMAT\n");
+          "     DEVRT_LOG, DEVRT_LOG_FORMAT, DEVRT_WAIT_SPIN_NS, DEVRT_COMPLETION\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -44,6 +49,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[2], "device")) return bench_device(&o);
     if (!strcmp(argv[2], "alloc")) return bench_alloc(&o);
     if (!strcmp(argv[2], "launch")) return bench_launch(&o);
+    if (!strcmp(argv[2], "sem")) return bench_sem(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }

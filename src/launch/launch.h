@@ -1,0 +1,21 @@
+/* launch.h (internal): what the submission queue (src/sync) needs from recorded launches: the
+ * checks made before anything is queued, a copy of the kernel's arguments for a deferred launch,
+ * and the launch itself returning the event its work ends at. */
+#ifndef DEVRT_LAUNCH_INTERNAL_H
+#define DEVRT_LAUNCH_INTERNAL_H
+
+#include "../block/block.h"
+
+/* Everything about d that can be checked without a stream (uses: shape only). */
+devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d);
+/* The argument count and bytes dv_launch_args_copy needs for d's kernel (0 for foreign work). */
+devrt_status dv_launch_args_size(const devrt_launch_desc* d, unsigned* nargs, size_t* bytes);
+/* The kernel's name, for messages. */
+const char* dv_launch_name(const devrt_launch_desc* d);
+/* Copies d's arguments into `data` (dv_launch_args_size bytes, 16-aligned) and points ptrs at them. */
+void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char* data);
+/* A recorded launch on held stream `id` (s its backend stream). With ev non-NULL an event is
+ * recorded even with no uses, and *ev gets a reference to it. */
+devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** ev);
+
+#endif

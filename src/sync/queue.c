@@ -1,0 +1,365 @@
+/* queue.c: devrt_queue_submit (validate, copy into one allocation, resolve the waits against the
+ * semaphores' scheduled signals, then issue at once or park) and the dispatch thread, which issues
+ * parked submissions as their semaphores get scheduled and runs host calls. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include "../launch/launch.h"
+#include "sync.h"
+
+#define STAT(q, f) atomic_fetch_add_explicit(&(q)->f, 1, memory_order_relaxed)
+
+void dv_action_free(dv_action* a) {
+  for (unsigned i = 0; i < a->nwaits; i++) dv_sem_unref(a->waits[i].semaphore);
+  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_unref(a->signals[i].semaphore);
+  if (a->ev) dv_pev_unref(a->rt, a->ev);
+  free(a);
+}
+
+void dv_action_fail(dv_action* a, devrt_status cause, const char* msg) {
+  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_fail(a->signals[i].semaphore, cause, msg);
+  if (a->kind == DEVRT_WORK_ALLOC && a->block) dv_block_cancel(a->rt, a->block);
+  STAT(a->rt->q, failed);
+  dv_action_free(a);
+}
+
+/* ---- issue ---- */
+
+/* Of the events gathered from one source slot only the newest needs a wait. */
+static bool newest_of_slot(dv_pev** e, unsigned n, unsigned i) {
+  for (unsigned j = 0; j < n; j++)
+    if (j != i && e[j]->slot == e[i]->slot && (e[j]->seq > e[i]->seq || (e[j]->seq == e[i]->seq && j < i))) return false;
+  return true;
+}
+
+static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev** ev) {
+  devrt_runtime* rt = a->rt;
+  dv_pev** want = a->nsignals ? ev : NULL;
+  switch (a->kind) {
+    case DEVRT_WORK_LAUNCH:
+      a->launch.stream = id;
+      return dv_launch_issue(rt, &a->launch, id, s, want);
+    case DEVRT_WORK_ALLOC: {
+      devrt_status st = dv_block_commit(rt, a->block, id, s, want);
+      a->block = 0; /* committed, or released by the failed commit: nothing left to cancel */
+      return st;
+    }
+    case DEVRT_WORK_FREE: DV_CHECK(dv_block_free_on(rt, a->block, id, s)); break;
+    default: break;
+  }
+  return want ? dv_pev_record(rt, DV_SID_SLOT(id), s, want) : DEVRT_OK; /* barrier or free: mark where it ends */
+}
+
+/* Issues a on its stream after device waits on evs (references it drops), then schedules its
+ * signals and hands it to the completion thread. */
+static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
+  devrt_runtime* rt = a->rt;
+  devrt_stream id = a->stream;
+  dv_stream* s = NULL;
+  devrt_status st = id ? DEVRT_OK : devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id);
+  if (st == DEVRT_OK) st = dv_stream_get(rt, id, &s, "devrt_queue_submit");
+  unsigned slot = DV_SID_SLOT(id), waits = 0;
+  for (unsigned i = 0; i < nev; i++)
+    if (st == DEVRT_OK && evs[i]->slot != slot && !dv_pev_done(rt, evs[i]) && newest_of_slot(evs, nev, i))
+      st = rt->be->stream_wait(s, evs[i]->ev), waits++;
+  for (unsigned i = 0; i < nev; i++) dv_pev_unref(rt, evs[i]);
+  if (waits) atomic_fetch_add_explicit(&rt->q->dwaits, waits, memory_order_relaxed);
+  dv_pev* ev = NULL;
+  if (st == DEVRT_OK) st = do_work(a, id, s, &ev);
+  if (!a->stream && id) devrt_stream_release(rt, id);
+  if (st != DEVRT_OK) {
+    char msg[DV_MSG];
+    snprintf(msg, sizeof msg, "%s failed: %s", a->where, devrt_last_error());
+    dv_action_fail(a, st, msg);
+    return;
+  }
+  if (dispatcher) STAT(rt->q, dispatched);
+  else STAT(rt->q, inline_);
+  if (!a->nsignals) {
+    dv_action_free(a);
+    return;
+  }
+  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_schedule(a->signals[i].semaphore, a->signals[i].value, ev);
+  a->ev = ev, a->slot = slot;
+  dv_completion_push(rt, a);
+}
+
+static void run_host_call(dv_action* a) {
+  STAT(a->rt->q, host_calls);
+  devrt_status st = a->fn(a->user);
+  if (st != DEVRT_OK) {
+    char msg[DV_MSG];
+    snprintf(msg, sizeof msg, "%s returned %s: %s", a->where, devrt_status_name(st), devrt_last_error());
+    dv_action_fail(a, st, msg);
+    return;
+  }
+  STAT(a->rt->q, dispatched);
+  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_complete(a->signals[i].semaphore, a->signals[i].value, false);
+  dv_action_free(a);
+}
+
+static void push_ready(dv_action* a) {
+  dv_queue* q = a->rt->q;
+  a->next = NULL;
+  pthread_mutex_lock(&q->mu);
+  if (q->ready_tail) q->ready_tail->next = a;
+  else q->ready = a;
+  q->ready_tail = a;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* Resolves every wait of a: parks it on the first semaphore not yet scheduled (completed, for a
+ * host call), fails it if a wait failed, else issues it (host calls: on the dispatch thread). */
+static void try_issue(dv_action* a, bool dispatcher) {
+  devrt_runtime* rt = a->rt; /* once parked, a belongs to the semaphore */
+  dv_pev* evs[DEVRT_QUEUE_MAX_WAITS];
+  unsigned nev = 0;
+  devrt_status cause = DEVRT_OK;
+  char msg[DV_MSG];
+  for (unsigned i = 0; i < a->nwaits; i++) {
+    dv_wait_result r = dv_sem_resolve(a->waits[i].semaphore, a->waits[i].value, a, &evs[nev], &cause, msg);
+    if (r == DV_WAIT_EVENT) nev++;
+    if (r == DV_WAIT_PARKED || r == DV_WAIT_FAILED) {
+      while (nev) dv_pev_unref(rt, evs[--nev]);
+      if (r == DV_WAIT_FAILED) dv_action_fail(a, cause, msg); /* parked: a is no longer ours */
+      return;
+    }
+  }
+  if (a->kind != DEVRT_WORK_HOST_CALL) issue(a, evs, nev, dispatcher);
+  else if (dispatcher) run_host_call(a);
+  else push_ready(a);
+}
+
+/* ---- the dispatch thread ---- */
+
+void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s) {
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->mu);
+  s->qnext = q->dirty, q->dirty = s;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+static void* dispatch_main(void* arg) {
+  devrt_runtime* rt = arg;
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->mu);
+  for (;;) {
+    devrt_semaphore* s = q->dirty;
+    dv_action* a = q->ready;
+    if (s) {
+      q->dirty = s->qnext;
+      pthread_mutex_unlock(&q->mu);
+      for (dv_action *x = dv_sem_release(s), *nx; x; x = nx) {
+        nx = x->next;
+        try_issue(x, true);
+      }
+      dv_sem_unref(s);
+      pthread_mutex_lock(&q->mu);
+    } else if (a) {
+      if (!(q->ready = a->next)) q->ready_tail = NULL;
+      pthread_mutex_unlock(&q->mu);
+      run_host_call(a);
+      pthread_mutex_lock(&q->mu);
+    } else if (q->stop) {
+      break;
+    } else {
+      pthread_cond_wait(&q->cv, &q->mu);
+      STAT(q, dwake);
+    }
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s) {
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->mu);
+  s->next = q->live;
+  if (q->live) q->live->prev = s;
+  q->live = s;
+  q->nlive++;
+  pthread_mutex_unlock(&q->mu);
+}
+
+void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s) {
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->mu);
+  if (s->prev) s->prev->next = s->next;
+  else q->live = s->next;
+  if (s->next) s->next->prev = s->prev;
+  q->nlive--;
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* ---- submit ---- */
+
+static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l, unsigned n, unsigned max, bool signal) {
+  const char* what = signal ? "signal" : "wait";
+  DV_ARG_CHECK(n <= max && (l || !n), "devrt_queue_submit", "%u %ss (at most %u) at %p", n, what, max, (const void*)l);
+  for (unsigned i = 0; i < n; i++) {
+    devrt_semaphore* s = l[i].semaphore;
+    DV_ARG_CHECK(dv_sem_ok(s), "devrt_queue_submit", "%s %u: semaphore %p is NULL or destroyed", what, i, (void*)s);
+    DV_ARG_CHECK(s->rt == rt, "devrt_queue_submit", "%s %u: semaphore %p belongs to another runtime", what, i, (void*)s);
+    DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit", "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
+    uint64_t cur = atomic_load_explicit(&s->value, memory_order_acquire);
+    DV_ARG_CHECK(!signal || l[i].value > cur, "devrt_queue_submit", "signal %u: value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p",
+                 i, l[i].value, cur, (void*)s);
+  }
+  return DEVRT_OK;
+}
+
+static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, unsigned* nargs, size_t* argbytes) {
+  DV_ARG_CHECK(sub, "devrt_queue_submit", "submission is NULL");
+  DV_CHECK(check_list(rt, sub->waits, sub->nwaits, DEVRT_QUEUE_MAX_WAITS, false));
+  DV_CHECK(check_list(rt, sub->signals, sub->nsignals, DEVRT_QUEUE_MAX_SIGNALS, true));
+  dv_stream* s;
+  if (sub->stream) DV_CHECK(dv_stream_get(rt, sub->stream, &s, "devrt_queue_submit"));
+  switch (sub->kind) {
+    case DEVRT_WORK_BARRIER: return DEVRT_OK;
+    case DEVRT_WORK_LAUNCH:
+      DV_CHECK(dv_launch_check(rt, &sub->launch));
+      for (unsigned i = 0; i < sub->launch.nuses; i++)
+        if (!dv_block_live(rt, sub->launch.uses[i].block, "devrt_queue_submit"))
+          return sub->launch.uses[i].block ? DEVRT_ERR_STALE_BLOCK : DEVRT_ERR_INVALID_ARGUMENT;
+      return dv_launch_args_size(&sub->launch, nargs, argbytes);
+    case DEVRT_WORK_HOST_CALL:
+      DV_ARG_CHECK(sub->host.fn, "devrt_queue_submit", "host call without a function");
+      return DEVRT_OK;
+    case DEVRT_WORK_ALLOC:
+      DV_ARG_CHECK(sub->alloc.size && sub->alloc.out, "devrt_queue_submit", "allocation of %zu bytes into %p (tag %s)", sub->alloc.size,
+                   (void*)sub->alloc.out, sub->alloc.tag ? sub->alloc.tag : "untagged");
+      return DEVRT_OK;
+    case DEVRT_WORK_FREE:
+      if (!dv_block_live(rt, sub->block, "devrt_queue_submit")) return sub->block ? DEVRT_ERR_STALE_BLOCK : DEVRT_ERR_INVALID_ARGUMENT;
+      return DEVRT_OK;
+    default: return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
+  }
+}
+
+static size_t up16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+/* Copies the submission (lists, uses, kernel arguments) into one allocation. */
+static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned nargs, size_t argbytes) {
+  size_t nw = sub->nwaits * sizeof(devrt_semaphore_value), ns = sub->nsignals * sizeof(devrt_semaphore_value);
+  size_t nu = sub->kind == DEVRT_WORK_LAUNCH ? sub->launch.nuses * sizeof(devrt_block_use) : 0;
+  size_t np = nargs * sizeof(void*);
+  unsigned char* m = malloc(up16(sizeof(dv_action)) + up16(nw) + up16(ns) + up16(nu) + up16(np) + argbytes);
+  if (!m) return NULL;
+  dv_action* a = (dv_action*)m;
+  memset(a, 0, sizeof *a);
+  m += up16(sizeof *a);
+  a->rt = rt, a->kind = sub->kind, a->stream = sub->stream;
+  a->waits = memcpy(m, sub->waits ? (const void*)sub->waits : "", nw), m += up16(nw);
+  a->signals = memcpy(m, sub->signals ? (const void*)sub->signals : "", ns), m += up16(ns);
+  a->nwaits = sub->nwaits, a->nsignals = sub->nsignals;
+  for (unsigned i = 0; i < a->nwaits; i++) dv_sem_ref(a->waits[i].semaphore);
+  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_ref(a->signals[i].semaphore);
+  switch (sub->kind) {
+    case DEVRT_WORK_LAUNCH:
+      a->launch = sub->launch;
+      a->launch.uses = nu ? memcpy(m, sub->launch.uses, nu) : NULL, m += up16(nu);
+      if (nargs) {
+        a->launch.args = (void**)m;
+        dv_launch_args_copy(&sub->launch, a->launch.args, m + up16(np));
+      }
+      snprintf(a->where, sizeof a->where, "queued launch of %s", dv_launch_name(&sub->launch));
+      break;
+    case DEVRT_WORK_HOST_CALL:
+      a->fn = sub->host.fn, a->user = sub->host.user;
+      snprintf(a->where, sizeof a->where, "host call %p(%p)", (void*)(uintptr_t)sub->host.fn, sub->host.user);
+      break;
+    case DEVRT_WORK_ALLOC:
+      snprintf(a->where, sizeof a->where, "queued allocation of %zu bytes (tag %s)", sub->alloc.size, sub->alloc.tag ? sub->alloc.tag : "untagged");
+      break;
+    case DEVRT_WORK_FREE:
+      a->block = sub->block;
+      snprintf(a->where, sizeof a->where, "queued free of block %#" PRIx64, sub->block);
+      break;
+    default: snprintf(a->where, sizeof a->where, "barrier");
+  }
+  return a;
+}
+
+devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) {
+  DV_RT_CHECK(rt, "devrt_queue_submit");
+  dv_queue* q = rt->q;
+  unsigned nargs = 0;
+  size_t argbytes = 0;
+  devrt_status st = validate(rt, sub, &nargs, &argbytes);
+  if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))
+    st = dv_fail(DEVRT_ERR_DEVICE_LOST, "devrt_queue_submit: %s", q->lost_msg);
+  dv_action* a = NULL;
+  if (st == DEVRT_OK && !(a = build(rt, sub, nargs, argbytes)))
+    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_queue_submit: out of host memory");
+  if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC &&
+      (st = dv_block_reserve(rt, sub->alloc.size, sub->stream, sub->alloc.tag, &a->block)) != DEVRT_OK) {
+    dv_action_free(a);
+  }
+  if (st != DEVRT_OK) {
+    STAT(q, refused);
+    return st;
+  }
+  if (sub->kind == DEVRT_WORK_ALLOC) *sub->alloc.out = a->block;
+  STAT(q, submitted);
+  try_issue(a, false);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_queue_stats_get(devrt_runtime* rt, devrt_queue_stats* out) {
+  DV_RT_CHECK(rt, "devrt_queue_stats_get");
+  DV_ARG_CHECK(out, "devrt_queue_stats_get", "out is NULL");
+  dv_queue* q = rt->q;
+#define LD(f) atomic_load_explicit(&q->f, memory_order_relaxed)
+  *out = (devrt_queue_stats){.submitted = LD(submitted), .refused = LD(refused), .issued_inline = LD(inline_),
+                             .parked = LD(parked), .issued_by_dispatch = LD(dispatched), .host_calls = LD(host_calls),
+                             .failed = LD(failed), .device_waits = LD(dwaits), .host_hops = LD(hops),
+                             .dispatch_wakeups = LD(dwake), .completion_wakeups = LD(cwake), .completions = LD(completions),
+                             .completion = (devrt_completion_mode)rt->cfg.completion, .device_lost = LD(lost)};
+#undef LD
+  return DEVRT_OK;
+}
+
+/* ---- lifecycle ---- */
+
+devrt_status dv_queue_init(devrt_runtime* rt) {
+  dv_queue* q = calloc(1, sizeof *q);
+  if (q) q->pend = calloc(rt->nslots, sizeof *q->pend), q->active = calloc(rt->nslots, sizeof *q->active),
+         q->side = calloc(rt->nslots, sizeof *q->side);
+  if (!q || !q->pend || !q->active || !q->side) {
+    if (q) free(q->pend), free(q->active), free(q->side);
+    free(q);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the submission queue");
+  }
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  pthread_mutex_init(&q->cmu, NULL);
+  pthread_cond_init(&q->ccv, NULL);
+  rt->q = q;
+  if (pthread_create(&q->dispatcher, NULL, dispatch_main, rt) == 0) q->dispatcher_up = true;
+  if (q->dispatcher_up && dv_completion_start(rt) == DEVRT_OK) return DEVRT_OK;
+  dv_queue_fini(rt);
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: cannot start the queue's dispatch and completion threads");
+}
+
+devrt_status dv_queue_fini(devrt_runtime* rt) {
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->mu);
+  unsigned live = q->nlive;
+  q->stop = live == 0;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  if (live)
+    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_runtime_destroy: %u semaphore(s) of this runtime are alive: destroy them first", live);
+  if (q->dispatcher_up) pthread_join(q->dispatcher, NULL);
+  dv_completion_stop(rt);
+  pthread_mutex_destroy(&q->mu);
+  pthread_cond_destroy(&q->cv);
+  pthread_mutex_destroy(&q->cmu);
+  pthread_cond_destroy(&q->ccv);
+  free(q->pend), free(q->active), free(q->side);
+  free(q);
+  rt->q = NULL;
+  return DEVRT_OK;
+}

@@ -1,0 +1,433 @@
+/* semaphore.c: timeline semaphores: the completed and scheduled watermarks, the device signals
+ * scheduled on them (pooled events), host waits (spin on the value and the signal's event, then
+ * block on the waiting thread's condition variable), failure and destroy, and the heaps of
+ * submissions parked on each semaphore. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "sync.h"
+
+#define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
+#define NOT_YET DEVRT_STATUS_COUNT_      /* internal: a wait not satisfied yet */
+
+bool dv_sem_ok(devrt_semaphore* s) { return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC; }
+#define SEM_CHECK(s, call) DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s))
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void dv_sem_ref(devrt_semaphore* s) { atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed); }
+
+void dv_sem_unref(devrt_semaphore* s) {
+  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_mutex_destroy(&s->mu);
+  free(s->dev.v);
+  free(s->host.v);
+  free(s);
+}
+
+/* ---- parked heaps ---- */
+
+static uint64_t heap_min(const dv_heap* h) { return h->n ? h->v[0].value : UINT64_MAX; }
+
+static bool heap_push(dv_heap* h, uint64_t v, dv_action* a) {
+  if (h->n == h->cap) {
+    unsigned cap = h->cap ? 2 * h->cap : 8;
+    dv_park* p = realloc(h->v, cap * sizeof *p);
+    if (!p) return false;
+    h->v = p, h->cap = cap;
+  }
+  unsigned i = h->n++;
+  for (; i && h->v[(i - 1) / 2].value > v; i = (i - 1) / 2) h->v[i] = h->v[(i - 1) / 2];
+  h->v[i] = (dv_park){v, a};
+  return true;
+}
+
+static dv_action* heap_pop(dv_heap* h) {
+  dv_action* top = h->v[0].a;
+  dv_park last = h->v[--h->n];
+  unsigned i = 0;
+  for (unsigned c; (c = 2 * i + 1) < h->n; i = c) {
+    if (c + 1 < h->n && h->v[c + 1].value < h->v[c].value) c++;
+    if (h->v[c].value >= last.value) break;
+    h->v[i] = h->v[c];
+  }
+  if (h->n) h->v[i] = last;
+  return top;
+}
+
+/* ---- state changes (all under s->mu) ---- */
+
+static void fire(devrt_semaphore* s, dv_wnode* n) {
+  if (n->prev) n->prev->next = n->next;
+  else s->waiters = n->next;
+  if (n->next) n->next->prev = n->prev;
+  n->linked = false;
+  pthread_mutex_lock(&n->w->mu);
+  n->w->fired = true;
+  pthread_cond_signal(&n->w->cv);
+  pthread_mutex_unlock(&n->w->mu);
+}
+
+static void fire_upto(devrt_semaphore* s, uint64_t v) {
+  for (dv_wnode *n = s->waiters, *nx; n; n = nx) {
+    nx = n->next;
+    if (n->value <= v) fire(s, n);
+  }
+}
+
+static void drop_tp(devrt_semaphore* s, dv_tp* t) {
+  if (t->prev) t->prev->next = t->next;
+  else s->head = t->next;
+  if (t->next) t->next->prev = t->prev;
+  else s->tail = t->prev;
+  dv_pev_unref(s->rt, t->ev);
+  free(t);
+}
+
+/* The oldest scheduled signal that reaches v, or NULL. Signals are usually scheduled in value
+ * order and waited for near the newest, so the search starts at the tail. */
+static dv_tp* find_tp(devrt_semaphore* s, uint64_t v) {
+  dv_tp* t = s->tail;
+  if (!t || t->value < v) return NULL;
+  while (t->prev && t->prev->value >= v) t = t->prev;
+  return t;
+}
+
+/* Whether the dispatcher must look at s now; sets queued and takes the list's reference. */
+static bool release_check(devrt_semaphore* s, bool gpu) {
+  uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
+  bool dead = atomic_load_explicit(&s->state, memory_order_relaxed) != SEM_LIVE;
+  bool go = heap_min(&s->dev) <= s->scheduled || heap_min(&s->host) <= v || (dead && (s->dev.n || s->host.n));
+  if (!go || s->queued) return false;
+  /* Device work that scheduling should already have released, freed only now that the host saw
+   * the device finish: a GPU -> host -> GPU hop (never happens unless the queue is wrong). */
+  if (gpu && heap_min(&s->dev) <= v) atomic_fetch_add_explicit(&s->rt->q->hops, 1, memory_order_relaxed);
+  s->queued = true;
+  dv_sem_ref(s);
+  return true;
+}
+
+static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
+  atomic_store_explicit(&s->value, v, memory_order_release);
+  if (s->scheduled < v) s->scheduled = v;
+  while (s->head && s->head->value <= v) drop_tp(s, s->head);
+  fire_upto(s, v);
+  return release_check(s, gpu);
+}
+
+static bool kill(devrt_semaphore* s, int state) {
+  atomic_store_explicit(&s->state, state, memory_order_release);
+  while (s->head) drop_tp(s, s->head);
+  while (s->waiters) fire(s, s->waiters);
+  return release_check(s, false);
+}
+
+void dv_sem_complete(devrt_semaphore* s, uint64_t v, bool gpu) {
+  pthread_mutex_lock(&s->mu);
+  bool kick = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE &&
+              v > atomic_load_explicit(&s->value, memory_order_relaxed) && advance(s, v, gpu);
+  pthread_mutex_unlock(&s->mu);
+  if (kick) dv_queue_kick(s->rt, s);
+}
+
+void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
+  dv_tp* t = malloc(sizeof *t); /* without it the value is still reached, through completion */
+  bool kick = false;
+  pthread_mutex_lock(&s->mu);
+  if (t && atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE && v > atomic_load_explicit(&s->value, memory_order_relaxed)) {
+    dv_pev_ref(ev);
+    *t = (dv_tp){.value = v, .ev = ev, .prev = s->tail};
+    while (t->prev && t->prev->value > v) t->prev = t->prev->prev; /* out of value order: rare */
+    t->next = t->prev ? t->prev->next : s->head;
+    if (t->prev) t->prev->next = t;
+    else s->head = t;
+    if (t->next) t->next->prev = t;
+    else s->tail = t;
+    t = NULL;
+    if (s->scheduled < v) s->scheduled = v;
+    kick = release_check(s, false);
+  }
+  pthread_mutex_unlock(&s->mu);
+  free(t);
+  if (kick) dv_queue_kick(s->rt, s);
+}
+
+void dv_sem_fail(devrt_semaphore* s, devrt_status cause, const char* msg) {
+  pthread_mutex_lock(&s->mu);
+  bool kick = false;
+  if (atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE) {
+    s->cause = cause;
+    snprintf(s->msg, sizeof s->msg, "%s", msg);
+    kick = kill(s, SEM_FAILED);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (kick) dv_queue_kick(s->rt, s);
+}
+
+dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause, char* msg) {
+  dv_wait_result r = DV_WAIT_PARKED;
+  pthread_mutex_lock(&s->mu);
+  int state = atomic_load_explicit(&s->state, memory_order_relaxed);
+  dv_tp* t;
+  if (state == SEM_FAILED) {
+    *cause = s->cause, r = DV_WAIT_FAILED;
+    snprintf(msg, DV_MSG, "%s", s->msg);
+  } else if (state == SEM_DESTROYED) {
+    *cause = DEVRT_ERR_CANCELLED, r = DV_WAIT_FAILED;
+    snprintf(msg, DV_MSG, "semaphore %p was destroyed while a submission waited for it to reach %" PRIu64, (void*)s, v);
+  } else if (atomic_load_explicit(&s->value, memory_order_relaxed) >= v) {
+    r = DV_WAIT_MET;
+  } else if (a->kind != DEVRT_WORK_HOST_CALL && (t = find_tp(s, v)) != NULL) {
+    r = dv_pev_done(s->rt, t->ev) ? DV_WAIT_MET : DV_WAIT_EVENT;
+    if (r == DV_WAIT_EVENT) dv_pev_ref(t->ev), *ev = t->ev;
+  } else {
+    if (!a->was_parked) atomic_fetch_add_explicit(&s->rt->q->parked, 1, memory_order_relaxed);
+    a->was_parked = true;
+    if (!heap_push(a->kind == DEVRT_WORK_HOST_CALL ? &s->host : &s->dev, v, a)) {
+      *cause = DEVRT_ERR_OUT_OF_RESOURCES, r = DV_WAIT_FAILED;
+      snprintf(msg, DV_MSG, "out of host memory parking a submission on semaphore %p", (void*)s);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return r;
+}
+
+dv_action* dv_sem_release(devrt_semaphore* s) {
+  dv_action *head = NULL, **tail = &head;
+  pthread_mutex_lock(&s->mu);
+  s->queued = false;
+  bool dead = atomic_load_explicit(&s->state, memory_order_relaxed) != SEM_LIVE;
+  uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
+  for (dv_heap* h = &s->dev; h; h = h == &s->dev ? &s->host : NULL)
+    while (h->n && (dead || heap_min(h) <= (h == &s->dev ? s->scheduled : v))) {
+      dv_action* a = heap_pop(h);
+      a->next = NULL, *tail = a, tail = &a->next;
+    }
+  pthread_mutex_unlock(&s->mu);
+  return head;
+}
+
+/* ---- host waits ---- */
+
+static devrt_status gone(devrt_semaphore* s, const char* call) {
+  if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED)
+    return dv_fail(DEVRT_ERR_CANCELLED, "%s: semaphore %p was destroyed while the call waited", call, (void*)s);
+  return dv_fail(DEVRT_ERR_ABORTED, "%s: semaphore %p failed: %s: %s", call, (void*)s, devrt_status_name(s->cause), s->msg);
+}
+
+/* OK when the wait is satisfied, ABORTED / CANCELLED (*idx names the semaphore) when one of them
+ * failed or went away, NOT_YET otherwise. */
+static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode, unsigned* idx,
+                          const char* call) {
+  unsigned met = 0, any = 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (atomic_load_explicit(&s[i]->state, memory_order_acquire) != SEM_LIVE) {
+      *idx = i;
+      return gone(s[i], call);
+    }
+    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) >= v[i]) met++, any = i;
+  }
+  if (mode == DEVRT_WAIT_ANY ? met == 0 : met < n) return NOT_YET;
+  *idx = any;
+  return DEVRT_OK;
+}
+
+/* Queries the event of the scheduled signal that reaches v, and completes it if it is done, so
+ * a waiter sees the device without waiting for the completion thread. */
+static void poll(devrt_semaphore* s, uint64_t v) {
+  pthread_mutex_lock(&s->mu);
+  dv_tp* t = atomic_load_explicit(&s->value, memory_order_relaxed) < v ? find_tp(s, v) : NULL;
+  dv_pev* ev = t ? t->ev : NULL;
+  uint64_t tv = t ? t->value : 0;
+  if (ev) dv_pev_ref(ev);
+  pthread_mutex_unlock(&s->mu);
+  if (!ev) return;
+  bool done = dv_pev_done(s->rt, ev);
+  devrt_status st = done ? DEVRT_OK : s->rt->be->event_query(ev->ev, &done);
+  dv_pev_unref(s->rt, ev);
+  if (st != DEVRT_OK) dv_device_lost(s->rt, devrt_last_error());
+  else if (done) dv_sem_complete(s, tv, true);
+}
+
+static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) poll(s[i], v[i]);
+}
+
+/* Blocks on a condition variable with a node in each semaphore until satisfied or past deadline. */
+static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode, uint64_t deadline,
+                          unsigned* idx, const char* call) {
+  dv_wnode stack[16];
+  dv_wnode* nodes = n <= 16 ? stack : malloc(n * sizeof *nodes);
+  if (!nodes) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory for %u wait nodes", call, n);
+  dv_waiter w = {.fired = false};
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&w.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&w.mu, NULL);
+  for (unsigned i = 0; i < n; i++) {
+    nodes[i] = (dv_wnode){.value = v[i], .w = &w};
+    pthread_mutex_lock(&s[i]->mu);
+    if (atomic_load_explicit(&s[i]->state, memory_order_relaxed) == SEM_LIVE &&
+        atomic_load_explicit(&s[i]->value, memory_order_relaxed) < v[i]) {
+      nodes[i].next = s[i]->waiters, nodes[i].linked = true;
+      if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
+      s[i]->waiters = &nodes[i];
+    }
+    pthread_mutex_unlock(&s[i]->mu);
+  }
+  struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+  devrt_status st;
+  while ((st = check(n, s, v, mode, idx, call)) == NOT_YET && now_ns() < deadline) {
+    pthread_mutex_lock(&w.mu);
+    while (!w.fired)
+      if (deadline == UINT64_MAX) pthread_cond_wait(&w.cv, &w.mu);
+      else if (pthread_cond_timedwait(&w.cv, &w.mu, &ts) == ETIMEDOUT) break;
+    w.fired = false;
+    pthread_mutex_unlock(&w.mu);
+  }
+  for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
+    pthread_mutex_lock(&s[i]->mu);
+    if (nodes[i].linked) {
+      if (nodes[i].prev) nodes[i].prev->next = nodes[i].next;
+      else s[i]->waiters = nodes[i].next;
+      if (nodes[i].next) nodes[i].next->prev = nodes[i].prev;
+    }
+    pthread_mutex_unlock(&s[i]->mu);
+  }
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+  if (nodes != stack) free(nodes);
+  return st;
+}
+
+static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode,
+                              uint64_t timeout, unsigned* index, const char* call) {
+  unsigned idx = 0;
+  uint64_t start = now_ns();
+  uint64_t deadline = timeout > UINT64_MAX - start ? UINT64_MAX : start + timeout;
+  devrt_status st = check(n, s, v, mode, &idx, call);
+  if (st == NOT_YET) {
+    for (unsigned i = 0; i < n; i++) dv_sem_ref(s[i]); /* a destroy while we wait must not free them */
+    uint64_t spin_end = start + s[0]->rt->cfg.wait_spin_ns;
+    do {
+      poll_all(n, s, v);
+      st = check(n, s, v, mode, &idx, call);
+      if (st != NOT_YET) break;
+      cpu_relax();
+    } while (now_ns() < (spin_end < deadline ? spin_end : deadline));
+    if (st == NOT_YET && now_ns() < deadline) st = block(n, s, v, mode, deadline, &idx, call);
+    for (unsigned i = 0; i < n; i++) dv_sem_unref(s[i]);
+  }
+  if (index && st != NOT_YET) *index = idx;
+  if (st != NOT_YET) return st;
+  return dv_fail(DEVRT_ERR_TIMEOUT, "%s: %u semaphore(s) (first %p at %" PRIu64 ", waiting for %" PRIu64 ") not reached within %" PRIu64 " ns",
+                 call, n, (void*)s[0], atomic_load(&s[0]->value), v[0], timeout);
+}
+
+/* ---- public ---- */
+
+devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_semaphore** out) {
+  DV_RT_CHECK(rt, "devrt_semaphore_create");
+  DV_ARG_CHECK(out, "devrt_semaphore_create", "out is NULL");
+  DV_ARG_CHECK(initial <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_create", "initial value %" PRIu64 " is above the maximum 2^63-1", initial);
+  devrt_semaphore* s = calloc(1, sizeof *s);
+  if (!s) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_semaphore_create: out of host memory");
+  s->rt = rt;
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->value, initial);
+  s->scheduled = initial;
+  pthread_mutex_init(&s->mu, NULL);
+  dv_queue_add_sem(rt, s);
+  atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release);
+  *out = s;
+  return DEVRT_OK;
+}
+
+devrt_status devrt_semaphore_destroy(devrt_semaphore* s) {
+  uint64_t m = SEM_MAGIC;
+  DV_ARG_CHECK(s && atomic_compare_exchange_strong(&s->magic, &m, 0), "devrt_semaphore_destroy", "semaphore %p is NULL or destroyed", (void*)s);
+  pthread_mutex_lock(&s->mu);
+  bool kick = kill(s, SEM_DESTROYED);
+  pthread_mutex_unlock(&s->mu);
+  if (kick) dv_queue_kick(s->rt, s);
+  dv_queue_remove_sem(s->rt, s);
+  dv_sem_unref(s);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_semaphore_signal(devrt_semaphore* s, uint64_t v) {
+  SEM_CHECK(s, "devrt_semaphore_signal");
+  DV_ARG_CHECK(v <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_signal", "value %" PRIu64 " is above the maximum 2^63-1", v);
+  pthread_mutex_lock(&s->mu);
+  uint64_t cur = atomic_load_explicit(&s->value, memory_order_relaxed);
+  int state = atomic_load_explicit(&s->state, memory_order_relaxed);
+  bool kick = state == SEM_LIVE && v > cur && advance(s, v, false);
+  pthread_mutex_unlock(&s->mu);
+  if (kick) dv_queue_kick(s->rt, s);
+  if (state != SEM_LIVE) return gone(s, "devrt_semaphore_signal");
+  DV_ARG_CHECK(v > cur, "devrt_semaphore_signal", "value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p", v, cur, (void*)s);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_semaphore_query(devrt_semaphore* s, uint64_t* value) {
+  SEM_CHECK(s, "devrt_semaphore_query");
+  DV_ARG_CHECK(value, "devrt_semaphore_query", "value is NULL");
+  pthread_mutex_lock(&s->mu);
+  uint64_t oldest = s->head ? s->head->value : 0;
+  pthread_mutex_unlock(&s->mu);
+  if (oldest) poll(s, oldest);
+  int state = atomic_load_explicit(&s->state, memory_order_acquire);
+  *value = atomic_load_explicit(&s->value, memory_order_acquire);
+  return state == SEM_LIVE ? DEVRT_OK : gone(s, "devrt_semaphore_query");
+}
+
+devrt_status devrt_semaphore_wait(devrt_semaphore* s, uint64_t value, uint64_t timeout_ns) {
+  SEM_CHECK(s, "devrt_semaphore_wait");
+  DV_ARG_CHECK(value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_wait", "value %" PRIu64 " is above the maximum 2^63-1", value);
+  return wait_many(1, &s, &value, DEVRT_WAIT_ALL, timeout_ns, NULL, "devrt_semaphore_wait");
+}
+
+devrt_status devrt_semaphore_fail(devrt_semaphore* s, devrt_status status, const char* message) {
+  SEM_CHECK(s, "devrt_semaphore_fail");
+  DV_ARG_CHECK(status != DEVRT_OK && (unsigned)status < DEVRT_STATUS_COUNT_, "devrt_semaphore_fail", "status %d is OK or not a devrt_status", (int)status);
+  char m[256];
+  snprintf(m, sizeof m, "%s", message ? message : "");
+  dv_sem_fail(s, status, m);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status, const char** message) {
+  SEM_CHECK(s, "devrt_semaphore_failure");
+  DV_ARG_CHECK(status && message, "devrt_semaphore_failure", "status or message is NULL");
+  bool failed = atomic_load_explicit(&s->state, memory_order_acquire) == SEM_FAILED;
+  *status = failed ? s->cause : DEVRT_OK;
+  *message = failed ? s->msg : "";
+  return DEVRT_OK;
+}
+
+devrt_status devrt_semaphores_wait(unsigned n, devrt_semaphore* const* sems, const uint64_t* values, devrt_wait_mode mode,
+                                   uint64_t timeout_ns, unsigned* index) {
+  if (n == 0) return DEVRT_OK;
+  DV_ARG_CHECK(sems && values, "devrt_semaphores_wait", "sems %p or values %p is NULL for %u semaphores", (void*)sems, (const void*)values, n);
+  DV_ARG_CHECK(mode == DEVRT_WAIT_ALL || mode == DEVRT_WAIT_ANY, "devrt_semaphores_wait", "mode %d is not WAIT_ALL or WAIT_ANY", (int)mode);
+  for (unsigned i = 0; i < n; i++) {
+    DV_ARG_CHECK(dv_sem_ok(sems[i]), "devrt_semaphores_wait", "semaphore %u (%p) is NULL or destroyed", i, (void*)sems[i]);
+    DV_ARG_CHECK(values[i] <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphores_wait", "value %u (%" PRIu64 ") is above the maximum 2^63-1", i, values[i]);
+  }
+  return wait_many(n, sems, values, mode, timeout_ns, index, "devrt_semaphores_wait");
+}

@@ -1,0 +1,152 @@
+/* sync.h (internal): what timeline semaphores (semaphore.c), the submission queue with its dispatch
+ * thread (queue.c) and the completion thread (completion.c) share. Lock order: the queue's mu, then
+ * a semaphore's mu, then an event slot's mu (events.c) or a host waiter's mu; the completion
+ * list's cmu is never held with a semaphore's mu. */
+#ifndef DEVRT_SYNC_H
+#define DEVRT_SYNC_H
+
+#include "devrt/queue.h"
+#include "../block/block.h"
+
+typedef struct dv_action dv_action;
+
+/* A scheduled device signal: `value` is reached once `ev` completes. */
+typedef struct dv_tp {
+  uint64_t value;
+  dv_pev* ev;
+  struct dv_tp *prev, *next;
+} dv_tp;
+
+/* A thread blocked in a host wait (on its stack), with one node in each semaphore it waits on.
+ * Nodes are fired and unlinked under the semaphore's mu, so once the waiter has unlinked its
+ * nodes under those locks no other thread can touch them. */
+typedef struct dv_waiter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool fired;
+} dv_waiter;
+typedef struct dv_wnode {
+  uint64_t value;
+  dv_waiter* w;
+  struct dv_wnode *prev, *next;
+  bool linked;
+} dv_wnode;
+
+/* Submissions parked on one semaphore, smallest awaited value first (a binary heap). */
+typedef struct dv_park { uint64_t value; dv_action* a; } dv_park;
+typedef struct dv_heap { dv_park* v; unsigned n, cap; } dv_heap;
+
+enum { SEM_LIVE, SEM_FAILED, SEM_DESTROYED };
+#define DV_MSG 320
+
+struct devrt_semaphore {
+  _Atomic uint64_t magic;
+  devrt_runtime* rt;
+  _Atomic uint32_t refs;  /* the user's, host waiters', submissions', the dispatcher list's */
+  _Atomic uint64_t value; /* the completed watermark: written under mu, read anywhere */
+  _Atomic int state;      /* written under mu */
+  pthread_mutex_t mu;
+  uint64_t scheduled;     /* the scheduled watermark (>= value) */
+  devrt_status cause;     /* the root cause, once failed */
+  char msg[DV_MSG];
+  dv_tp *head, *tail;     /* device signals scheduled and not yet known complete, by value */
+  dv_wnode* waiters;
+  dv_heap dev;            /* parked device work: released once its value is scheduled */
+  dv_heap host;           /* parked host calls: released once its value has completed */
+  bool queued;            /* on the dispatcher's list (set under mu, the list under the queue's mu) */
+  devrt_semaphore* qnext;
+  devrt_semaphore *prev, *next; /* the runtime's live semaphores (queue's mu) */
+};
+
+/* One submission, copied into a single allocation. Owned by exactly one party at a time: the
+ * submitter, a semaphore's parked heap, the dispatcher, or the completion list. */
+struct dv_action {
+  devrt_runtime* rt;
+  devrt_work_kind kind;
+  devrt_stream stream;
+  devrt_semaphore_value *waits, *signals; /* each holds a semaphore reference */
+  unsigned nwaits, nsignals;
+  bool was_parked;
+  devrt_launch_desc launch;               /* uses and args point into this allocation */
+  devrt_host_call_fn fn;
+  void* user;
+  devrt_block block;                      /* ALLOC (reserved at submit) or FREE */
+  dv_pev* ev;                             /* issued: the event its signals complete with */
+  unsigned slot;                          /* ... recorded on this stream slot */
+  uint64_t order;                         /* completion list: issue order */
+  _Atomic bool posted;                    /* hostfn completion: the host function ran */
+  bool polled;                            /* no host function armed: its event is queried */
+  dv_action* next;
+  char where[96];                         /* what it does, for failure messages */
+};
+
+typedef struct dv_pending { dv_action *head, *tail; } dv_pending;
+
+typedef struct dv_queue {
+  pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
+  pthread_cond_t cv;
+  devrt_semaphore* dirty; /* semaphores whose parked submissions may be released */
+  dv_action *ready, *ready_tail; /* host calls whose waits have completed */
+  devrt_semaphore* live;
+  unsigned nlive;
+  pthread_t dispatcher;
+  bool dispatcher_up, stop;
+
+  pthread_mutex_t cmu; /* the completion thread's per-slot lists */
+  pthread_cond_t ccv;
+  dv_pending* pend;    /* per stream slot, in issue order */
+  unsigned* active;    /* slots with pending entries */
+  unsigned nactive;
+  uint64_t order;
+  dv_stream** side;    /* hostfn mode: per slot, the side stream the host functions run on */
+  dv_action* orphans;  /* hostfn mode, device lost: armed actions whose host function may still run */
+  pthread_t completer;
+  bool completer_up, cstop, cidle;
+
+  _Atomic bool lost;
+  devrt_status lost_cause;
+  char lost_msg[DV_MSG];
+  _Atomic uint64_t submitted, refused, inline_, parked, dispatched, host_calls, failed, dwaits, hops, dwake,
+      cwake, completions;
+} dv_queue;
+
+/* semaphore.c */
+bool dv_sem_ok(devrt_semaphore* s); /* a live handle */
+void dv_sem_ref(devrt_semaphore* s);
+void dv_sem_unref(devrt_semaphore* s);
+/* Raises the completed (and scheduled) watermark to v, waking host waiters and releasing parked
+ * work; v <= the current value changes nothing. gpu: v comes from observed device completion. */
+void dv_sem_complete(devrt_semaphore* s, uint64_t v, bool gpu);
+/* Records that v will be reached once ev (recorded, holding no reference for this) completes. */
+void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev);
+/* The first failure wins; parked work waiting on s fails with the same root cause. */
+void dv_sem_fail(devrt_semaphore* s, devrt_status cause, const char* msg);
+typedef enum { DV_WAIT_MET, DV_WAIT_EVENT, DV_WAIT_PARKED, DV_WAIT_FAILED } dv_wait_result;
+/* Resolves one wait of a: met, an event to wait on (*ev, a reference), parked on s (a belongs to
+ * s from then on), or failed (*cause and msg say why). Host calls need v completed. */
+dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause,
+                              char* msg);
+/* Pops what s's parked heaps can release now into a list linked by ->next. */
+dv_action* dv_sem_release(devrt_semaphore* s);
+
+/* queue.c */
+devrt_status dv_queue_init(devrt_runtime* rt);
+/* INVALID_STATE while semaphores of rt are alive; otherwise stops the threads. */
+devrt_status dv_queue_fini(devrt_runtime* rt);
+/* Puts s (queued set by the caller, with a reference for the list) on the dispatcher's list. */
+void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s);
+void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s);
+void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s);
+/* Fails every signal of a with the root cause, then frees it. */
+void dv_action_fail(dv_action* a, devrt_status cause, const char* msg);
+void dv_action_free(dv_action* a);
+
+/* completion.c */
+devrt_status dv_completion_start(devrt_runtime* rt);
+/* Hands an issued action with signals to the completion thread. */
+void dv_completion_push(devrt_runtime* rt, dv_action* a);
+void dv_completion_stop(devrt_runtime* rt);
+/* A sticky device error: fails every semaphore of rt and every pending completion. */
+void dv_device_lost(devrt_runtime* rt, const char* msg);
+
+#endif
