@@ -1,101 +1,73 @@
-/* completion.c: the completion thread. It learns that issued device work has finished, either by
- * blocking in a blocking-sync wait on the oldest pending event (DEVRT_COMPLETION_SYNC) or woken by
- * a host function on a per-slot side stream (DEVRT_COMPLETION_HOSTFN), then completes the work's
- * semaphore signals. An error seen there is sticky (a CUDA launch fault): the device is lost. */
-#include <errno.h>
+/* completion.c: the completion thread. It watches only the semaphores a blocked host waiter or a
+ * parked host call needs, and learns that their oldest scheduled device signal has finished either
+ * by a blocking-sync wait on its event (DEVRT_COMPLETION_SYNC) or from a host function on a
+ * per-slot side stream that posts to it (DEVRT_COMPLETION_HOSTFN). An error seen while observing
+ * completion is sticky (a CUDA launch fault): the device is lost. */
 #include <stdio.h>
 #include <time.h>
 #include "sync.h"
 
-#define POLL_NS 50000000ull /* hostfn mode: pending work is also queried this often, for errors */
+#define POLL_NS 50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */
+
+void dv_watch(devrt_semaphore* s) {
+  if (s->watched) return;
+  dv_queue* q = s->rt->q;
+  s->watched = true;
+  dv_sem_ref(s);
+  pthread_mutex_lock(&q->cmu);
+  s->wnext = q->watch, q->watch = s;
+  if (q->cidle) pthread_cond_signal(&q->ccv);
+  pthread_mutex_unlock(&q->cmu);
+}
 
 /* The host function: runs on the driver's callback thread, so it only posts. */
 static void post(void* p) {
-  dv_action* a = p;
-  dv_queue* q = a->rt->q;
+  dv_queue* q = p;
   pthread_mutex_lock(&q->cmu);
-  atomic_store_explicit(&a->posted, true, memory_order_relaxed);
+  q->posts++;
   if (q->cidle) pthread_cond_signal(&q->ccv);
   pthread_mutex_unlock(&q->cmu);
 }
 
-/* hostfn mode: the slot's side stream waits for a's event, then runs post(a). */
-static void arm(devrt_runtime* rt, dv_action* a) {
+/* hostfn mode: the event's slot's side stream waits for it, then posts. */
+static devrt_status arm(devrt_runtime* rt, dv_pev* ev) {
   dv_queue* q = rt->q;
   pthread_mutex_lock(&q->cmu);
-  dv_stream* side = q->side[a->slot];
+  dv_stream* side = q->side[ev->slot];
   devrt_status st = DEVRT_OK;
-  if (!side && (st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &side)) == DEVRT_OK) q->side[a->slot] = side;
+  if (!side && (st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &side)) == DEVRT_OK) q->side[ev->slot] = side;
   pthread_mutex_unlock(&q->cmu);
-  if (st == DEVRT_OK) st = rt->be->stream_wait(side, a->ev->ev);
-  if (st == DEVRT_OK) st = rt->be->host_func(side, post, a);
-  a->polled = st != DEVRT_OK; /* then the thread queries its event instead */
+  if (st == DEVRT_OK) st = rt->be->stream_wait(side, ev->ev);
+  if (st == DEVRT_OK) st = rt->be->host_func(side, post, q);
+  return st;
 }
 
-void dv_completion_push(devrt_runtime* rt, dv_action* a) {
-  dv_queue* q = rt->q;
-  if (rt->cfg.completion == DEVRT_COMPLETION_HOSTFN) arm(rt, a);
-  pthread_mutex_lock(&q->cmu);
-  a->next = NULL;
-  a->order = q->order++;
-  dv_pending* p = &q->pend[a->slot];
-  if (p->head) p->tail->next = a;
-  else p->head = a, q->active[q->nactive++] = a->slot;
-  p->tail = a;
-  if (q->cidle) pthread_cond_signal(&q->ccv);
-  pthread_mutex_unlock(&q->cmu);
-}
+typedef struct target { devrt_semaphore* s; dv_pev* ev; uint64_t value, order; } target;
 
-/* Whether a's work is known done. In hostfn mode an armed action is done only once posted: its
- * host function still holds it until then. */
-static bool is_done(devrt_runtime* rt, dv_action* a, devrt_status* err) {
-  if (rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !a->polled) return atomic_load_explicit(&a->posted, memory_order_relaxed);
-  bool done = dv_pev_done(rt, a->ev);
-  if (!done && (*err = rt->be->event_query(a->ev->ev, &done)) != DEVRT_OK) done = false;
-  return done;
-}
-
-/* Unlinks the pending actions known done (per slot, up to the first that is not) into a list.
- * Under cmu. */
-static dv_action* collect(devrt_runtime* rt, devrt_status* err) {
-  dv_queue* q = rt->q;
-  dv_action *list = NULL, **tail = &list;
-  for (unsigned k = 0; k < q->nactive && *err == DEVRT_OK;) {
-    dv_pending* p = &q->pend[q->active[k]];
-    while (p->head && is_done(rt, p->head, err)) {
-      *tail = p->head, tail = &p->head->next;
-      p->head = p->head->next;
-      *tail = NULL;
-    }
-    if (!p->head) p->tail = NULL, q->active[k] = q->active[--q->nactive];
-    else k++;
+/* What s still needs observed: its oldest scheduled signal, while a host waiter or a parked host
+ * call waits on it. False (and s leaves the watch list) when nothing does. */
+static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_it) {
+  pthread_mutex_lock(&s->mu);
+  bool need = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE && s->head && (s->waiters || s->host.n);
+  if (need) {
+    *t = (target){s, s->head->ev, s->head->value, s->head->order};
+    dv_pev_ref(t->ev);
+    *arm_it = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !s->head->armed;
+    s->head->armed = true;
+  } else {
+    s->watched = false;
   }
-  return list;
+  pthread_mutex_unlock(&s->mu);
+  return need;
 }
 
-static void finish(devrt_runtime* rt, dv_action* list) {
-  for (dv_action *a = list, *nx; a; a = nx) {
-    nx = a->next;
-    dv_events_sync_end(rt, a->ev->slot, a->ev->seq); /* use tracking may skip waits on it now */
-    for (unsigned i = 0; i < a->nsignals; i++) dv_sem_complete(a->signals[i].semaphore, a->signals[i].value, true);
-    atomic_fetch_add_explicit(&rt->q->completions, 1, memory_order_relaxed);
-    dv_action_free(a);
-  }
-}
-
-/* The device is lost: every pending action goes (its semaphores are failed already). Under cmu. */
-static void drop_all(devrt_runtime* rt) {
-  dv_queue* q = rt->q;
-  for (unsigned k = 0; k < q->nactive; k++) {
-    dv_pending* p = &q->pend[q->active[k]];
-    for (dv_action *a = p->head, *nx; a; a = nx) {
-      nx = a->next;
-      if (rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !a->polled && !atomic_load(&a->posted)) a->next = q->orphans, q->orphans = a;
-      else dv_action_free(a);
-    }
-    p->head = p->tail = NULL;
-  }
-  q->nactive = 0;
+/* Completes t's value if its event is done; false if not; a device error loses the device. */
+static bool check_done(devrt_runtime* rt, target* t) {
+  bool done = dv_pev_done(rt, t->ev);
+  devrt_status st = done ? DEVRT_OK : rt->be->event_query(t->ev->ev, &done);
+  if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
+  if (done) dv_events_sync_end(rt, t->ev->slot, t->ev->seq), dv_sem_complete(t->s, t->value, true);
+  return done || st != DEVRT_OK;
 }
 
 static void idle(dv_queue* q, uint64_t timeout_ns) {
@@ -113,57 +85,53 @@ static void idle(dv_queue* q, uint64_t timeout_ns) {
   atomic_fetch_add_explicit(&q->cwake, 1, memory_order_relaxed);
 }
 
-/* The oldest pending action's event (a reference), for a blocking wait. Under cmu. */
-static dv_pev* oldest(dv_queue* q) {
-  dv_action* o = NULL;
-  for (unsigned k = 0; k < q->nactive; k++) {
-    dv_action* h = q->pend[q->active[k]].head;
-    if (!o || h->order < o->order) o = h;
-  }
-  dv_pev_ref(o->ev);
-  return o->ev;
-}
-
 static void* complete_main(void* arg) {
   devrt_runtime* rt = arg;
   dv_queue* q = rt->q;
   bool hostfn = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN;
   pthread_mutex_lock(&q->cmu);
   for (;;) {
-    if (atomic_load_explicit(&q->lost, memory_order_acquire)) drop_all(rt); /* no query would succeed now */
-    devrt_status err = DEVRT_OK;
-    dv_action* done = collect(rt, &err);
-    if (done || err != DEVRT_OK) {
-      pthread_mutex_unlock(&q->cmu);
-      if (err != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
-      finish(rt, done);
-      pthread_mutex_lock(&q->cmu);
-      continue;
+    devrt_semaphore* list = q->watch;
+    q->watch = NULL;
+    uint64_t posts = q->posts;
+    pthread_mutex_unlock(&q->cmu);
+    /* Every watched semaphore: drop the ones nobody needs, complete what is done, keep the rest. */
+    devrt_semaphore *keep = NULL, *nx;
+    target oldest = {0};
+    bool progress = false;
+    for (devrt_semaphore* s = list; s; s = nx) {
+      nx = s->wnext;
+      target t;
+      bool arm_it = false;
+      if (!needed(rt, s, &t, &arm_it)) {
+        dv_sem_unref(s);
+        continue;
+      }
+      if (arm_it && arm(rt, t.ev) != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
+      s->wnext = keep, keep = s; /* still watched: needed() may say otherwise next time */
+      if (check_done(rt, &t)) progress = true;
+      else if (!oldest.s || t.order < oldest.order) {
+        if (oldest.s) dv_pev_unref(rt, oldest.ev);
+        oldest = t, t.ev = NULL;
+      }
+      if (t.ev) dv_pev_unref(rt, t.ev);
     }
-    if (!q->nactive) {
+    pthread_mutex_lock(&q->cmu);
+    while (keep) nx = keep->wnext, keep->wnext = q->watch, q->watch = keep, keep = nx;
+    if (progress || (q->watch && oldest.s == NULL)) { /* look again at once */
+    } else if (!q->watch) {
       if (q->cstop) break;
       idle(q, 0);
     } else if (hostfn) {
-      idle(q, POLL_NS);
-      for (unsigned k = 0; k < q->nactive && err == DEVRT_OK; k++) { /* a faulted device runs no host functions */
-        bool d;
-        err = rt->be->event_query(q->pend[q->active[k]].head->ev->ev, &d);
-      }
-      if (err != DEVRT_OK) {
-        pthread_mutex_unlock(&q->cmu);
-        dv_device_lost(rt, devrt_last_error());
-        pthread_mutex_lock(&q->cmu);
-      }
-    } else {
-      dv_pev* ev = oldest(q);
+      if (q->posts == posts) idle(q, POLL_NS);
+    } else { /* sync: sleep in the oldest watched signal's blocking-sync event */
       pthread_mutex_unlock(&q->cmu);
-      err = rt->be->event_sync(ev->ev); /* blocking-sync event: the thread sleeps */
+      devrt_status st = rt->be->event_sync(oldest.ev->ev);
       atomic_fetch_add_explicit(&q->cwake, 1, memory_order_relaxed);
-      if (err == DEVRT_OK) dv_events_sync_end(rt, ev->slot, ev->seq);
-      else dv_device_lost(rt, devrt_last_error());
-      dv_pev_unref(rt, ev);
+      if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       pthread_mutex_lock(&q->cmu);
     }
+    if (oldest.s) dv_pev_unref(rt, oldest.ev);
   }
   pthread_mutex_unlock(&q->cmu);
   return NULL;
@@ -190,10 +158,6 @@ void dv_completion_stop(devrt_runtime* rt) {
       rt->be->stream_sync(q->side[i]); /* host functions still queued run (or the device is gone) */
       rt->be->stream_destroy(rt->dev, q->side[i]);
     }
-  for (dv_action *a = q->orphans, *nx; a; a = nx) {
-    nx = a->next;
-    dv_action_free(a);
-  }
 }
 
 void dv_device_lost(devrt_runtime* rt, const char* msg) {
@@ -218,7 +182,4 @@ void dv_device_lost(devrt_runtime* rt, const char* msg) {
     dv_sem_fail(s, DEVRT_ERR_DEVICE_LOST, q->lost_msg);
     dv_sem_unref(s);
   }
-  pthread_mutex_lock(&q->cmu);
-  pthread_cond_signal(&q->ccv);
-  pthread_mutex_unlock(&q->cmu);
 }

@@ -10,10 +10,22 @@
 #define STAT(q, f) atomic_fetch_add_explicit(&(q)->f, 1, memory_order_relaxed)
 
 void dv_action_free(dv_action* a) {
+  if (!a->heap) return; /* borrowed: the caller's arrays, no references */
   for (unsigned i = 0; i < a->nwaits; i++) dv_sem_unref(a->waits[i].semaphore);
   for (unsigned i = 0; i < a->nsignals; i++) dv_sem_unref(a->signals[i].semaphore);
-  if (a->ev) dv_pev_unref(a->rt, a->ev);
   free(a);
+}
+
+/* What a does, for failure messages. */
+static const char* describe(const dv_action* a, char* buf, size_t n) {
+  switch (a->kind) {
+    case DEVRT_WORK_LAUNCH: snprintf(buf, n, "queued launch of %s", dv_launch_name(&a->launch)); break;
+    case DEVRT_WORK_HOST_CALL: snprintf(buf, n, "host call %p(%p)", (void*)(uintptr_t)a->fn, a->user); break;
+    case DEVRT_WORK_ALLOC: snprintf(buf, n, "queued allocation of %zu bytes (tag %s)", a->size, a->tag ? a->tag : "untagged"); break;
+    case DEVRT_WORK_FREE: snprintf(buf, n, "queued free of block %#" PRIx64, a->block); break;
+    default: snprintf(buf, n, "barrier");
+  }
+  return buf;
 }
 
 void dv_action_fail(dv_action* a, devrt_status cause, const char* msg) {
@@ -68,28 +80,24 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
   if (st == DEVRT_OK) st = do_work(a, id, s, &ev);
   if (!a->stream && id) devrt_stream_release(rt, id);
   if (st != DEVRT_OK) {
-    char msg[DV_MSG];
-    snprintf(msg, sizeof msg, "%s failed: %s", a->where, devrt_last_error());
+    char msg[DV_MSG], what[128];
+    snprintf(msg, sizeof msg, "%s failed: %s", describe(a, what, sizeof what), devrt_last_error());
     dv_action_fail(a, st, msg);
     return;
   }
   if (dispatcher) STAT(rt->q, dispatched);
   else STAT(rt->q, inline_);
-  if (!a->nsignals) {
-    dv_action_free(a);
-    return;
-  }
   for (unsigned i = 0; i < a->nsignals; i++) dv_sem_schedule(a->signals[i].semaphore, a->signals[i].value, ev);
-  a->ev = ev, a->slot = slot;
-  dv_completion_push(rt, a);
+  if (ev) dv_pev_unref(rt, ev);
+  dv_action_free(a);
 }
 
 static void run_host_call(dv_action* a) {
   STAT(a->rt->q, host_calls);
   devrt_status st = a->fn(a->user);
   if (st != DEVRT_OK) {
-    char msg[DV_MSG];
-    snprintf(msg, sizeof msg, "%s returned %s: %s", a->where, devrt_status_name(st), devrt_last_error());
+    char msg[DV_MSG], what[128];
+    snprintf(msg, sizeof msg, "%s returned %s: %s", describe(a, what, sizeof what), devrt_status_name(st), devrt_last_error());
     dv_action_fail(a, st, msg);
     return;
   }
@@ -110,9 +118,11 @@ static void push_ready(dv_action* a) {
 }
 
 /* Resolves every wait of a: parks it on the first semaphore not yet scheduled (completed, for a
- * host call), fails it if a wait failed, else issues it (host calls: on the dispatch thread). */
-static void try_issue(dv_action* a, bool dispatcher) {
+ * host call), fails it if a wait failed, else issues it (host calls: on the dispatch thread).
+ * False when a borrowed action would park: the caller copies it to the heap and tries again. */
+static bool try_issue(dv_action* a, bool dispatcher) {
   devrt_runtime* rt = a->rt; /* once parked, a belongs to the semaphore */
+  bool a_was_heap = a->heap;
   dv_pev* evs[DEVRT_QUEUE_MAX_WAITS];
   unsigned nev = 0;
   devrt_status cause = DEVRT_OK;
@@ -123,12 +133,13 @@ static void try_issue(dv_action* a, bool dispatcher) {
     if (r == DV_WAIT_PARKED || r == DV_WAIT_FAILED) {
       while (nev) dv_pev_unref(rt, evs[--nev]);
       if (r == DV_WAIT_FAILED) dv_action_fail(a, cause, msg); /* parked: a is no longer ours */
-      return;
+      return r == DV_WAIT_FAILED || a_was_heap;
     }
   }
   if (a->kind != DEVRT_WORK_HOST_CALL) issue(a, evs, nev, dispatcher);
   else if (dispatcher) run_host_call(a);
   else push_ready(a);
+  return true;
 }
 
 /* ---- the dispatch thread ---- */
@@ -238,6 +249,13 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
   }
 }
 
+/* The fields of the work itself (a launch's uses and arguments are set by the caller). */
+static void borrow_work(dv_action* a, const devrt_submission* sub) {
+  a->fn = sub->host.fn, a->user = sub->host.user;
+  a->size = sub->alloc.size, a->tag = sub->alloc.tag;
+  if (sub->kind == DEVRT_WORK_FREE) a->block = sub->block;
+}
+
 static size_t up16(size_t x) { return (x + 15) & ~(size_t)15; }
 
 /* Copies the submission (lists, uses, kernel arguments) into one allocation. */
@@ -250,35 +268,21 @@ static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned
   dv_action* a = (dv_action*)m;
   memset(a, 0, sizeof *a);
   m += up16(sizeof *a);
-  a->rt = rt, a->kind = sub->kind, a->stream = sub->stream;
+  a->rt = rt, a->kind = sub->kind, a->stream = sub->stream, a->heap = true;
   a->waits = memcpy(m, sub->waits ? (const void*)sub->waits : "", nw), m += up16(nw);
   a->signals = memcpy(m, sub->signals ? (const void*)sub->signals : "", ns), m += up16(ns);
   a->nwaits = sub->nwaits, a->nsignals = sub->nsignals;
   for (unsigned i = 0; i < a->nwaits; i++) dv_sem_ref(a->waits[i].semaphore);
   for (unsigned i = 0; i < a->nsignals; i++) dv_sem_ref(a->signals[i].semaphore);
-  switch (sub->kind) {
-    case DEVRT_WORK_LAUNCH:
-      a->launch = sub->launch;
-      a->launch.uses = nu ? memcpy(m, sub->launch.uses, nu) : NULL, m += up16(nu);
-      if (nargs) {
-        a->launch.args = (void**)m;
-        dv_launch_args_copy(&sub->launch, a->launch.args, m + up16(np));
-      }
-      snprintf(a->where, sizeof a->where, "queued launch of %s", dv_launch_name(&sub->launch));
-      break;
-    case DEVRT_WORK_HOST_CALL:
-      a->fn = sub->host.fn, a->user = sub->host.user;
-      snprintf(a->where, sizeof a->where, "host call %p(%p)", (void*)(uintptr_t)sub->host.fn, sub->host.user);
-      break;
-    case DEVRT_WORK_ALLOC:
-      snprintf(a->where, sizeof a->where, "queued allocation of %zu bytes (tag %s)", sub->alloc.size, sub->alloc.tag ? sub->alloc.tag : "untagged");
-      break;
-    case DEVRT_WORK_FREE:
-      a->block = sub->block;
-      snprintf(a->where, sizeof a->where, "queued free of block %#" PRIx64, sub->block);
-      break;
-    default: snprintf(a->where, sizeof a->where, "barrier");
+  if (sub->kind == DEVRT_WORK_LAUNCH) {
+    a->launch = sub->launch;
+    a->launch.uses = nu ? memcpy(m, sub->launch.uses, nu) : NULL, m += up16(nu);
+    if (nargs) {
+      a->launch.args = (void**)m;
+      dv_launch_args_copy(&sub->launch, a->launch.args, m + up16(np));
+    }
   }
+  borrow_work(a, sub);
   return a;
 }
 
@@ -287,22 +291,30 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   dv_queue* q = rt->q;
   unsigned nargs = 0;
   size_t argbytes = 0;
+  devrt_block blk = 0;
   devrt_status st = validate(rt, sub, &nargs, &argbytes);
   if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))
     st = dv_fail(DEVRT_ERR_DEVICE_LOST, "devrt_queue_submit: %s", q->lost_msg);
-  dv_action* a = NULL;
-  if (st == DEVRT_OK && !(a = build(rt, sub, nargs, argbytes)))
-    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_queue_submit: out of host memory");
-  if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC &&
-      (st = dv_block_reserve(rt, sub->alloc.size, sub->stream, sub->alloc.tag, &a->block)) != DEVRT_OK) {
-    dv_action_free(a);
-  }
+  if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC) st = dv_block_reserve(rt, sub->alloc.size, sub->stream, sub->alloc.tag, &blk);
   if (st != DEVRT_OK) {
     STAT(q, refused);
     return st;
   }
-  if (sub->kind == DEVRT_WORK_ALLOC) *sub->alloc.out = a->block;
   STAT(q, submitted);
+  if (sub->kind == DEVRT_WORK_ALLOC) *sub->alloc.out = blk;
+  /* Issued at once, the submission is used in place; only one that must park is copied. */
+  dv_action now = {.rt = rt, .kind = sub->kind, .stream = sub->stream, .waits = (devrt_semaphore_value*)sub->waits,
+                   .signals = (devrt_semaphore_value*)sub->signals, .nwaits = sub->nwaits, .nsignals = sub->nsignals,
+                   .launch = sub->launch, .block = blk};
+  borrow_work(&now, sub);
+  if (sub->kind != DEVRT_WORK_HOST_CALL && try_issue(&now, false)) return DEVRT_OK;
+  dv_action* a = build(rt, sub, nargs, argbytes);
+  if (!a) { /* accepted already: the failure goes to its signals */
+    now.heap = false;
+    dv_action_fail(&now, DEVRT_ERR_OUT_OF_RESOURCES, "devrt_queue_submit: out of host memory to park a submission");
+    return DEVRT_OK;
+  }
+  a->block = blk ? blk : a->block;
   try_issue(a, false);
   return DEVRT_OK;
 }
@@ -325,10 +337,9 @@ devrt_status devrt_queue_stats_get(devrt_runtime* rt, devrt_queue_stats* out) {
 
 devrt_status dv_queue_init(devrt_runtime* rt) {
   dv_queue* q = calloc(1, sizeof *q);
-  if (q) q->pend = calloc(rt->nslots, sizeof *q->pend), q->active = calloc(rt->nslots, sizeof *q->active),
-         q->side = calloc(rt->nslots, sizeof *q->side);
-  if (!q || !q->pend || !q->active || !q->side) {
-    if (q) free(q->pend), free(q->active), free(q->side);
+  if (q) q->side = calloc(rt->nslots, sizeof *q->side);
+  if (!q || !q->side) {
+    if (q) free(q->side);
     free(q);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the submission queue");
   }
@@ -358,7 +369,7 @@ devrt_status dv_queue_fini(devrt_runtime* rt) {
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->cmu);
   pthread_cond_destroy(&q->ccv);
-  free(q->pend), free(q->active), free(q->side);
+  free(q->side);
   free(q);
   rt->q = NULL;
   return DEVRT_OK;

@@ -87,7 +87,13 @@ static void fire_upto(devrt_semaphore* s, uint64_t v) {
   }
 }
 
+static uint64_t sched(devrt_semaphore* s) { return atomic_load_explicit(&s->scheduled, memory_order_acquire); }
+static void raise_sched(devrt_semaphore* s, uint64_t v) { /* under mu */
+  if (sched(s) < v) atomic_store_explicit(&s->scheduled, v, memory_order_release);
+}
+
 static void drop_tp(devrt_semaphore* s, dv_tp* t) {
+  s->ntps--;
   if (t->prev) t->prev->next = t->next;
   else s->head = t->next;
   if (t->next) t->next->prev = t->prev;
@@ -109,7 +115,7 @@ static dv_tp* find_tp(devrt_semaphore* s, uint64_t v) {
 static bool release_check(devrt_semaphore* s, bool gpu) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
   bool dead = atomic_load_explicit(&s->state, memory_order_relaxed) != SEM_LIVE;
-  bool go = heap_min(&s->dev) <= s->scheduled || heap_min(&s->host) <= v || (dead && (s->dev.n || s->host.n));
+  bool go = heap_min(&s->dev) <= sched(s) || heap_min(&s->host) <= v || (dead && (s->dev.n || s->host.n));
   if (!go || s->queued) return false;
   /* Device work that scheduling should already have released, freed only now that the host saw
    * the device finish: a GPU -> host -> GPU hop (never happens unless the queue is wrong). */
@@ -121,7 +127,8 @@ static bool release_check(devrt_semaphore* s, bool gpu) {
 
 static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
   atomic_store_explicit(&s->value, v, memory_order_release);
-  if (s->scheduled < v) s->scheduled = v;
+  raise_sched(s, v);
+  if (gpu) atomic_fetch_add_explicit(&s->rt->q->completions, 1, memory_order_relaxed);
   while (s->head && s->head->value <= v) drop_tp(s, s->head);
   fire_upto(s, v);
   return release_check(s, gpu);
@@ -142,13 +149,27 @@ void dv_sem_complete(devrt_semaphore* s, uint64_t v, bool gpu) {
   if (kick) dv_queue_kick(s->rt, s);
 }
 
+/* Whether ev (a reference the caller gives up) has completed; if so v is reached. A device error
+ * here is sticky: the device is lost. */
+static void observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
+  devrt_runtime* rt = s->rt;
+  bool done = dv_pev_done(rt, ev);
+  devrt_status st = done ? DEVRT_OK : rt->be->event_query(ev->ev, &done);
+  if (done) dv_events_sync_end(rt, ev->slot, ev->seq); /* use tracking can skip waits on it now */
+  dv_pev_unref(rt, ev);
+  if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
+  else if (done) dv_sem_complete(s, v, true);
+}
+
 void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
-  dv_tp* t = malloc(sizeof *t); /* without it the value is still reached, through completion */
+  dv_tp* t = malloc(sizeof *t); /* without it the value is still reached, through the stream's order */
+  dv_pev* probe = NULL;
+  uint64_t pv = 0;
   bool kick = false;
   pthread_mutex_lock(&s->mu);
   if (t && atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE && v > atomic_load_explicit(&s->value, memory_order_relaxed)) {
     dv_pev_ref(ev);
-    *t = (dv_tp){.value = v, .ev = ev, .prev = s->tail};
+    *t = (dv_tp){.value = v, .ev = ev, .order = atomic_fetch_add_explicit(&s->rt->q->order, 1, memory_order_relaxed), .prev = s->tail};
     while (t->prev && t->prev->value > v) t->prev = t->prev->prev; /* out of value order: rare */
     t->next = t->prev ? t->prev->next : s->head;
     if (t->prev) t->prev->next = t;
@@ -156,12 +177,23 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     if (t->next) t->next->prev = t;
     else s->tail = t;
     t = NULL;
-    if (s->scheduled < v) s->scheduled = v;
+    s->ntps++;
+    raise_sched(s, v);
     kick = release_check(s, false);
+    if (s->waiters || s->host.n) dv_watch(s);
+    /* Signals nobody observed pile up: past 64, every 16th schedule probes the 32nd oldest, and
+     * completing it prunes the 32 before it with their events. */
+    if (s->ntps >= 64 && s->ntps % 16 == 0) {
+      dv_tp* p = s->head;
+      for (int i = 0; i < 31; i++) p = p->next;
+      probe = p->ev, pv = p->value;
+      dv_pev_ref(probe);
+    }
   }
   pthread_mutex_unlock(&s->mu);
   free(t);
   if (kick) dv_queue_kick(s->rt, s);
+  if (probe) observe(s, probe, pv);
 }
 
 void dv_sem_fail(devrt_semaphore* s, devrt_status cause, const char* msg) {
@@ -192,12 +224,17 @@ dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_p
   } else if (a->kind != DEVRT_WORK_HOST_CALL && (t = find_tp(s, v)) != NULL) {
     r = dv_pev_done(s->rt, t->ev) ? DV_WAIT_MET : DV_WAIT_EVENT;
     if (r == DV_WAIT_EVENT) dv_pev_ref(t->ev), *ev = t->ev;
+  } else if (!a->heap) {
+    r = DV_WAIT_PARKED; /* the caller copies a to the heap and tries again */
   } else {
     if (!a->was_parked) atomic_fetch_add_explicit(&s->rt->q->parked, 1, memory_order_relaxed);
     a->was_parked = true;
-    if (!heap_push(a->kind == DEVRT_WORK_HOST_CALL ? &s->host : &s->dev, v, a)) {
+    bool host = a->kind == DEVRT_WORK_HOST_CALL;
+    if (!heap_push(host ? &s->host : &s->dev, v, a)) {
       *cause = DEVRT_ERR_OUT_OF_RESOURCES, r = DV_WAIT_FAILED;
       snprintf(msg, DV_MSG, "out of host memory parking a submission on semaphore %p", (void*)s);
+    } else if (host && s->head) {
+      dv_watch(s); /* a host call needs the completion observed */
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -211,7 +248,7 @@ dv_action* dv_sem_release(devrt_semaphore* s) {
   bool dead = atomic_load_explicit(&s->state, memory_order_relaxed) != SEM_LIVE;
   uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
   for (dv_heap* h = &s->dev; h; h = h == &s->dev ? &s->host : NULL)
-    while (h->n && (dead || heap_min(h) <= (h == &s->dev ? s->scheduled : v))) {
+    while (h->n && (dead || heap_min(h) <= (h == &s->dev ? sched(s) : v))) {
       dv_action* a = heap_pop(h);
       a->next = NULL, *tail = a, tail = &a->next;
     }
@@ -244,21 +281,17 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
   return DEVRT_OK;
 }
 
-/* Queries the event of the scheduled signal that reaches v, and completes it if it is done, so
- * a waiter sees the device without waiting for the completion thread. */
+/* Observes the scheduled signal that reaches v, so a waiter sees the device without waiting for
+ * the completion thread. Lock-free when v is not even scheduled. */
 static void poll(devrt_semaphore* s, uint64_t v) {
+  if (sched(s) < v) return;
   pthread_mutex_lock(&s->mu);
   dv_tp* t = atomic_load_explicit(&s->value, memory_order_relaxed) < v ? find_tp(s, v) : NULL;
   dv_pev* ev = t ? t->ev : NULL;
   uint64_t tv = t ? t->value : 0;
   if (ev) dv_pev_ref(ev);
   pthread_mutex_unlock(&s->mu);
-  if (!ev) return;
-  bool done = dv_pev_done(s->rt, ev);
-  devrt_status st = done ? DEVRT_OK : s->rt->be->event_query(ev->ev, &done);
-  dv_pev_unref(s->rt, ev);
-  if (st != DEVRT_OK) dv_device_lost(s->rt, devrt_last_error());
-  else if (done) dv_sem_complete(s, tv, true);
+  if (ev) observe(s, ev, tv);
 }
 
 static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
@@ -287,6 +320,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
       nodes[i].next = s[i]->waiters, nodes[i].linked = true;
       if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
       s[i]->waiters = &nodes[i];
+      if (s[i]->head) dv_watch(s[i]); /* else scheduling its signal will */
     }
     pthread_mutex_unlock(&s[i]->mu);
   }
@@ -350,7 +384,7 @@ devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_s
   s->rt = rt;
   atomic_init(&s->refs, 1);
   atomic_init(&s->value, initial);
-  s->scheduled = initial;
+  atomic_init(&s->scheduled, initial);
   pthread_mutex_init(&s->mu, NULL);
   dv_queue_add_sem(rt, s);
   atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release);

@@ -1,7 +1,12 @@
 /* sync.h (internal): what timeline semaphores (semaphore.c), the submission queue with its dispatch
  * thread (queue.c) and the completion thread (completion.c) share. Lock order: the queue's mu, then
- * a semaphore's mu, then an event slot's mu (events.c) or a host waiter's mu; the completion
- * list's cmu is never held with a semaphore's mu. */
+ * a semaphore's mu, then the completion thread's cmu, an event slot's mu (events.c) or a host
+ * waiter's mu.
+ *
+ * Completion is observed lazily: a device signal's value is completed by whoever sees its event
+ * done (a spinning host waiter, a query, the semaphore itself pruning old signals as new ones are
+ * scheduled), and the completion thread watches only semaphores that a blocked host waiter or a
+ * parked host call needs. Nothing is done per submission that nobody waits for on the host. */
 #ifndef DEVRT_SYNC_H
 #define DEVRT_SYNC_H
 
@@ -14,6 +19,8 @@ typedef struct dv_action dv_action;
 typedef struct dv_tp {
   uint64_t value;
   dv_pev* ev;
+  uint64_t order; /* issue order across the runtime: the completion thread waits on the oldest */
+  bool armed;     /* hostfn mode: a host function will post once ev completes */
   struct dv_tp *prev, *next;
 } dv_tp;
 
@@ -46,41 +53,39 @@ struct devrt_semaphore {
   _Atomic uint64_t value; /* the completed watermark: written under mu, read anywhere */
   _Atomic int state;      /* written under mu */
   pthread_mutex_t mu;
-  uint64_t scheduled;     /* the scheduled watermark (>= value) */
+  _Atomic uint64_t scheduled; /* the scheduled watermark (>= value): written under mu */
   devrt_status cause;     /* the root cause, once failed */
   char msg[DV_MSG];
   dv_tp *head, *tail;     /* device signals scheduled and not yet known complete, by value */
+  unsigned ntps;
   dv_wnode* waiters;
   dv_heap dev;            /* parked device work: released once its value is scheduled */
   dv_heap host;           /* parked host calls: released once its value has completed */
   bool queued;            /* on the dispatcher's list (set under mu, the list under the queue's mu) */
   devrt_semaphore* qnext;
+  bool watched;           /* on the completion thread's list (set under mu, the list under cmu) */
+  devrt_semaphore* wnext;
   devrt_semaphore *prev, *next; /* the runtime's live semaphores (queue's mu) */
 };
 
-/* One submission, copied into a single allocation. Owned by exactly one party at a time: the
- * submitter, a semaphore's parked heap, the dispatcher, or the completion list. */
+/* One submission. Issued at once it borrows the caller's arrays (heap false); to be parked it is
+ * copied into a single allocation holding semaphore references. Owned by one party at a time: the
+ * submitter, a semaphore's parked heap, or the dispatcher. */
 struct dv_action {
   devrt_runtime* rt;
   devrt_work_kind kind;
   devrt_stream stream;
-  devrt_semaphore_value *waits, *signals; /* each holds a semaphore reference */
+  devrt_semaphore_value *waits, *signals;
   unsigned nwaits, nsignals;
-  bool was_parked;
+  bool heap, was_parked;
   devrt_launch_desc launch;               /* uses and args point into this allocation */
   devrt_host_call_fn fn;
   void* user;
   devrt_block block;                      /* ALLOC (reserved at submit) or FREE */
-  dv_pev* ev;                             /* issued: the event its signals complete with */
-  unsigned slot;                          /* ... recorded on this stream slot */
-  uint64_t order;                         /* completion list: issue order */
-  _Atomic bool posted;                    /* hostfn completion: the host function ran */
-  bool polled;                            /* no host function armed: its event is queried */
+  size_t size;                            /* ALLOC */
+  const char* tag;
   dv_action* next;
-  char where[96];                         /* what it does, for failure messages */
 };
-
-typedef struct dv_pending { dv_action *head, *tail; } dv_pending;
 
 typedef struct dv_queue {
   pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
@@ -92,14 +97,12 @@ typedef struct dv_queue {
   pthread_t dispatcher;
   bool dispatcher_up, stop;
 
-  pthread_mutex_t cmu; /* the completion thread's per-slot lists */
+  pthread_mutex_t cmu; /* the completion thread's watch list */
   pthread_cond_t ccv;
-  dv_pending* pend;    /* per stream slot, in issue order */
-  unsigned* active;    /* slots with pending entries */
-  unsigned nactive;
-  uint64_t order;
-  dv_stream** side;    /* hostfn mode: per slot, the side stream the host functions run on */
-  dv_action* orphans;  /* hostfn mode, device lost: armed actions whose host function may still run */
+  devrt_semaphore* watch; /* semaphores a blocked host waiter or parked host call needs */
+  uint64_t posts;         /* hostfn mode: host functions run */
+  _Atomic uint64_t order;
+  dv_stream** side;       /* hostfn mode: per slot, the side stream the host functions run on */
   pthread_t completer;
   bool completer_up, cstop, cidle;
 
@@ -137,15 +140,15 @@ devrt_status dv_queue_fini(devrt_runtime* rt);
 void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s);
 void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s);
 void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s);
-/* Fails every signal of a with the root cause, then frees it. */
+/* Fails every signal of a with the root cause, then frees it (if on the heap). */
 void dv_action_fail(dv_action* a, devrt_status cause, const char* msg);
 void dv_action_free(dv_action* a);
 
 /* completion.c */
 devrt_status dv_completion_start(devrt_runtime* rt);
-/* Hands an issued action with signals to the completion thread. */
-void dv_completion_push(devrt_runtime* rt, dv_action* a);
 void dv_completion_stop(devrt_runtime* rt);
+/* Puts s on the completion thread's watch list (under s->mu; takes a reference). */
+void dv_watch(devrt_semaphore* s);
 /* A sticky device error: fails every semaphore of rt and every pending completion. */
 void dv_device_lost(devrt_runtime* rt, const char* msg);
 
