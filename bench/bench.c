@@ -39,12 +39,17 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
            suite, device, backend, "op", "devrt", "raw", "ratio", "overhead");
 }
 
+static uint64_t excluded; /* untimed setup inside the current body (bench_exclude) */
+
+void bench_exclude(uint64_t ns) { excluded += ns; }
+
 static int timed_round(void* ctx, bench_body fn, int (*sync)(void*), int iters, double* out) {
+  excluded = 0;
   uint64_t t0 = bench_now_ns();
   if (fn(ctx, iters)) return -1;
   uint64_t t1 = bench_now_ns();
   if (sync && sync(ctx)) return -1;
-  *out = (double)(t1 - t0) / iters;
+  *out = (double)(t1 - t0 - excluded) / iters;
   return 0;
 }
 

@@ -38,6 +38,9 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                int (*sync)(void* ctx), int iters, int rounds);
 void bench_end(bench_suite* b);
+/* Called from a body: ns of untimed setup in it (e.g. queuing work that a later call releases),
+ * subtracted from the round's time. */
+void bench_exclude(uint64_t ns);
 /* As bench_end; JSON also gets `fields` (a fragment like "\"k\":1,\"m\":[]", may be NULL) after the
  * results array. Text output prints nothing more: the suite prints its own footer. */
 void bench_end_fields(bench_suite* b, const char* fields);

@@ -4,7 +4,6 @@
  * synchronizes so completed points are skipped without a driver call. */
 #include <stdlib.h>
 #include "block.h"
-#include "devrt/queue.h"
 
 static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   uint64_t cur = atomic_load_explicit(x, memory_order_relaxed);
@@ -17,9 +16,7 @@ static devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev** out) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = calloc(1, sizeof *p);
   if (!p) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "event pool: out of host memory");
-  /* blocking-sync, so the completion thread sleeps in its waits (queue.h, DEVRT_COMPLETION_SYNC) */
-  unsigned flags = rt->cfg.completion == DEVRT_COMPLETION_SYNC ? DEVRT_EVENT_BLOCKING_SYNC : DEVRT_EVENT_DEFAULT;
-  devrt_status st = rt->be->event_create(rt->dev, flags, &p->ev);
+  devrt_status st = rt->be->event_create(rt->dev, DEVRT_EVENT_DEFAULT, &p->ev); /* blocking-sync would cost ~1 us per record */
   if (st != DEVRT_OK) {
     free(p);
     return st;

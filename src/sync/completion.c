@@ -1,8 +1,8 @@
 /* completion.c: the completion thread. It watches only the semaphores a blocked host waiter or a
- * parked host call needs, and learns that their oldest scheduled device signal has finished either
- * by a blocking-sync wait on its event (DEVRT_COMPLETION_SYNC) or from a host function on a
- * per-slot side stream that posts to it (DEVRT_COMPLETION_HOSTFN). An error seen while observing
- * completion is sticky (a CUDA launch fault): the device is lost. */
+ * parked host call needs, and follows the device signal they wait for on a per-slot side stream:
+ * a blocking-sync event recorded there to sleep in (DEVRT_COMPLETION_SYNC), or a host function
+ * there that posts to it (DEVRT_COMPLETION_HOSTFN). An error seen while observing completion is
+ * sticky (a CUDA launch fault): the device is lost. */
 #include <stdio.h>
 #include <time.h>
 #include "sync.h"
@@ -29,36 +29,38 @@ static void post(void* p) {
   pthread_mutex_unlock(&q->cmu);
 }
 
-/* hostfn mode: the event's slot's side stream waits for it, then posts. */
-static devrt_status arm(devrt_runtime* rt, dv_pev* ev) {
+/* The completion thread follows ev on its slot's side stream (so nothing waits on a user's
+ * stream): hostfn mode, a host function posts after it; sync mode, the slot's blocking-sync event
+ * is recorded after it (*bev) for the thread to sleep in. */
+static devrt_status follow(devrt_runtime* rt, dv_pev* ev, dv_event** bev) {
   dv_queue* q = rt->q;
-  pthread_mutex_lock(&q->cmu);
-  dv_stream* side = q->side[ev->slot];
+  unsigned i = ev->slot;
   devrt_status st = DEVRT_OK;
-  if (!side && (st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &side)) == DEVRT_OK) q->side[ev->slot] = side;
-  pthread_mutex_unlock(&q->cmu);
-  if (st == DEVRT_OK) st = rt->be->stream_wait(side, ev->ev);
-  if (st == DEVRT_OK) st = rt->be->host_func(side, post, q);
+  if (!q->side[i]) st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &q->side[i]);
+  if (st == DEVRT_OK && bev && !q->bev[i]) st = rt->be->event_create(rt->dev, DEVRT_EVENT_BLOCKING_SYNC, &q->bev[i]);
+  if (st == DEVRT_OK) st = rt->be->stream_wait(q->side[i], ev->ev);
+  if (st == DEVRT_OK) st = bev ? rt->be->event_record(*bev = q->bev[i], q->side[i]) : rt->be->host_func(q->side[i], post, q);
   return st;
 }
 
 typedef struct target { devrt_semaphore* s; dv_pev* ev; uint64_t value, order; } target;
 
-/* What s still needs observed: its oldest scheduled signal, while a host waiter or a parked host
- * call waits on it. False (and s leaves the watch list) when nothing does. */
+/* What s needs observed: the scheduled signal reaching the smallest value a host waiter or a
+ * parked host call waits for. False (and s leaves the watch list) when there is none; scheduling
+ * that value puts s back. */
 static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_it) {
   pthread_mutex_lock(&s->mu);
-  bool need = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE && s->head && (s->waiters || s->host.n);
-  if (need) {
-    *t = (target){s, s->head->ev, s->head->value, s->head->order};
+  dv_tp* tp = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE ? dv_sem_find(s, dv_sem_needed(s)) : NULL;
+  if (tp) {
+    *t = (target){s, tp->ev, tp->value, tp->order};
     dv_pev_ref(t->ev);
-    *arm_it = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !s->head->armed;
-    s->head->armed = true;
+    *arm_it = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !tp->armed;
+    tp->armed = true;
   } else {
     s->watched = false;
   }
   pthread_mutex_unlock(&s->mu);
-  return need;
+  return tp != NULL;
 }
 
 /* Completes t's value if its event is done; false if not; a device error loses the device. */
@@ -107,7 +109,7 @@ static void* complete_main(void* arg) {
         dv_sem_unref(s);
         continue;
       }
-      if (arm_it && arm(rt, t.ev) != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
+      if (arm_it && follow(rt, t.ev, NULL) != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       s->wnext = keep, keep = s; /* still watched: needed() may say otherwise next time */
       if (check_done(rt, &t)) progress = true;
       else if (!oldest.s || t.order < oldest.order) {
@@ -124,9 +126,11 @@ static void* complete_main(void* arg) {
       idle(q, 0);
     } else if (hostfn) {
       if (q->posts == posts) idle(q, POLL_NS);
-    } else { /* sync: sleep in the oldest watched signal's blocking-sync event */
+    } else { /* sync: sleep in a blocking-sync event behind the oldest watched signal */
       pthread_mutex_unlock(&q->cmu);
-      devrt_status st = rt->be->event_sync(oldest.ev->ev);
+      dv_event* bev = NULL;
+      devrt_status st = follow(rt, oldest.ev, &bev);
+      if (st == DEVRT_OK) st = rt->be->event_sync(bev);
       atomic_fetch_add_explicit(&q->cwake, 1, memory_order_relaxed);
       if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       pthread_mutex_lock(&q->cmu);
@@ -153,11 +157,13 @@ void dv_completion_stop(devrt_runtime* rt) {
     pthread_mutex_unlock(&q->cmu);
     pthread_join(q->completer, NULL);
   }
-  for (unsigned i = 0; i < rt->nslots; i++)
+  for (unsigned i = 0; i < rt->nslots; i++) {
     if (q->side[i]) {
       rt->be->stream_sync(q->side[i]); /* host functions still queued run (or the device is gone) */
       rt->be->stream_destroy(rt->dev, q->side[i]);
     }
+    if (q->bev[i]) rt->be->event_destroy(rt->dev, q->bev[i]);
+  }
 }
 
 void dv_device_lost(devrt_runtime* rt, const char* msg) {

@@ -337,9 +337,9 @@ devrt_status devrt_queue_stats_get(devrt_runtime* rt, devrt_queue_stats* out) {
 
 devrt_status dv_queue_init(devrt_runtime* rt) {
   dv_queue* q = calloc(1, sizeof *q);
-  if (q) q->side = calloc(rt->nslots, sizeof *q->side);
-  if (!q || !q->side) {
-    if (q) free(q->side);
+  if (q) q->side = calloc(rt->nslots, sizeof *q->side), q->bev = calloc(rt->nslots, sizeof *q->bev);
+  if (!q || !q->side || !q->bev) {
+    if (q) free(q->side), free(q->bev);
     free(q);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the submission queue");
   }
@@ -369,7 +369,7 @@ devrt_status dv_queue_fini(devrt_runtime* rt) {
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->cmu);
   pthread_cond_destroy(&q->ccv);
-  free(q->side);
+  free(q->side), free(q->bev);
   free(q);
   rt->q = NULL;
   return DEVRT_OK;

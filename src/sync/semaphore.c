@@ -111,6 +111,15 @@ static dv_tp* find_tp(devrt_semaphore* s, uint64_t v) {
   return t;
 }
 
+uint64_t dv_sem_needed(devrt_semaphore* s) {
+  uint64_t v = heap_min(&s->host);
+  for (dv_wnode* n = s->waiters; n; n = n->next)
+    if (n->value < v) v = n->value;
+  return v;
+}
+
+dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) { return find_tp(s, v); }
+
 /* Whether the dispatcher must look at s now; sets queued and takes the list's reference. */
 static bool release_check(devrt_semaphore* s, bool gpu) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
@@ -180,7 +189,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     s->ntps++;
     raise_sched(s, v);
     kick = release_check(s, false);
-    if (s->waiters || s->host.n) dv_watch(s);
+    if (v >= dv_sem_needed(s)) dv_watch(s);
     /* Signals nobody observed pile up: past 64, every 16th schedule probes the 32nd oldest, and
      * completing it prunes the 32 before it with their events. */
     if (s->ntps >= 64 && s->ntps % 16 == 0) {
@@ -233,7 +242,7 @@ dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_p
     if (!heap_push(host ? &s->host : &s->dev, v, a)) {
       *cause = DEVRT_ERR_OUT_OF_RESOURCES, r = DV_WAIT_FAILED;
       snprintf(msg, DV_MSG, "out of host memory parking a submission on semaphore %p", (void*)s);
-    } else if (host && s->head) {
+    } else if (host && find_tp(s, v)) {
       dv_watch(s); /* a host call needs the completion observed */
     }
   }
@@ -320,7 +329,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
       nodes[i].next = s[i]->waiters, nodes[i].linked = true;
       if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
       s[i]->waiters = &nodes[i];
-      if (s[i]->head) dv_watch(s[i]); /* else scheduling its signal will */
+      if (find_tp(s[i], v[i])) dv_watch(s[i]); /* else scheduling its signal will */
     }
     pthread_mutex_unlock(&s[i]->mu);
   }

@@ -102,7 +102,8 @@ typedef struct dv_queue {
   devrt_semaphore* watch; /* semaphores a blocked host waiter or parked host call needs */
   uint64_t posts;         /* hostfn mode: host functions run */
   _Atomic uint64_t order;
-  dv_stream** side;       /* hostfn mode: per slot, the side stream the host functions run on */
+  dv_stream** side;       /* per slot: the side stream where the completion thread follows events */
+  dv_event** bev;         /* sync mode, per slot: a blocking-sync event recorded on the side stream */
   pthread_t completer;
   bool completer_up, cstop, cidle;
 
@@ -129,6 +130,10 @@ typedef enum { DV_WAIT_MET, DV_WAIT_EVENT, DV_WAIT_PARKED, DV_WAIT_FAILED } dv_w
  * s from then on), or failed (*cause and msg say why). Host calls need v completed. */
 dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause,
                               char* msg);
+/* The smallest value a host waiter or a parked host call waits for (UINT64_MAX: none). Under mu. */
+uint64_t dv_sem_needed(devrt_semaphore* s);
+/* The oldest scheduled signal that reaches v, or NULL. Under mu. */
+dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v);
 /* Pops what s's parked heaps can release now into a list linked by ->next. */
 dv_action* dv_sem_release(devrt_semaphore* s);
 
