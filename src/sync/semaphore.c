@@ -189,6 +189,10 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     s->ntps++;
     raise_sched(s, v);
     kick = release_check(s, false);
+    for (dv_wnode *n = s->waiters, *nx; n; n = nx) { /* their value is scheduled now: they spin again */
+      nx = n->next;
+      if (!n->sched_woken && n->value <= v) n->sched_woken = true, fire(s, n);
+    }
     if (v >= dv_sem_needed(s)) dv_watch(s);
     /* Signals nobody observed pile up: past 64, every 16th schedule probes the 32nd oldest, and
      * completing it prunes the 32 before it with their events. */
@@ -308,25 +312,16 @@ static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
     if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) poll(s[i], v[i]);
 }
 
-/* Blocks on a condition variable with a node in each semaphore until satisfied or past deadline. */
+/* Sleeps on w with a node in each semaphore not yet satisfied, until one fires (a completion, a
+ * failure, a destroy, or the first scheduling of the value it waits for) or the deadline passes.
+ * NOT_YET when woken but not satisfied: the caller spins again. */
 static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode, uint64_t deadline,
-                          unsigned* idx, const char* call) {
-  dv_wnode stack[16];
-  dv_wnode* nodes = n <= 16 ? stack : malloc(n * sizeof *nodes);
-  if (!nodes) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory for %u wait nodes", call, n);
-  dv_waiter w = {.fired = false};
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w.cv, &ca);
-  pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&w.mu, NULL);
+                          dv_wnode* nodes, dv_waiter* w, unsigned* idx, const char* call) {
   for (unsigned i = 0; i < n; i++) {
-    nodes[i] = (dv_wnode){.value = v[i], .w = &w};
     pthread_mutex_lock(&s[i]->mu);
     if (atomic_load_explicit(&s[i]->state, memory_order_relaxed) == SEM_LIVE &&
         atomic_load_explicit(&s[i]->value, memory_order_relaxed) < v[i]) {
-      nodes[i].next = s[i]->waiters, nodes[i].linked = true;
+      nodes[i].prev = NULL, nodes[i].next = s[i]->waiters, nodes[i].linked = true;
       if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
       s[i]->waiters = &nodes[i];
       if (find_tp(s[i], v[i])) dv_watch(s[i]); /* else scheduling its signal will */
@@ -334,30 +329,29 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
     pthread_mutex_unlock(&s[i]->mu);
   }
   struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-  devrt_status st;
-  while ((st = check(n, s, v, mode, idx, call)) == NOT_YET && now_ns() < deadline) {
-    pthread_mutex_lock(&w.mu);
-    while (!w.fired)
-      if (deadline == UINT64_MAX) pthread_cond_wait(&w.cv, &w.mu);
-      else if (pthread_cond_timedwait(&w.cv, &w.mu, &ts) == ETIMEDOUT) break;
-    w.fired = false;
-    pthread_mutex_unlock(&w.mu);
-  }
+  devrt_status st = check(n, s, v, mode, idx, call);
+  pthread_mutex_lock(&w->mu);
+  while (st == NOT_YET && !w->fired)
+    if (deadline == UINT64_MAX) pthread_cond_wait(&w->cv, &w->mu);
+    else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) break;
+  w->fired = false;
+  pthread_mutex_unlock(&w->mu);
   for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
     pthread_mutex_lock(&s[i]->mu);
     if (nodes[i].linked) {
       if (nodes[i].prev) nodes[i].prev->next = nodes[i].next;
       else s[i]->waiters = nodes[i].next;
       if (nodes[i].next) nodes[i].next->prev = nodes[i].prev;
+      nodes[i].linked = false;
     }
     pthread_mutex_unlock(&s[i]->mu);
   }
-  pthread_cond_destroy(&w.cv);
-  pthread_mutex_destroy(&w.mu);
-  if (nodes != stack) free(nodes);
-  return st;
+  return st == NOT_YET ? check(n, s, v, mode, idx, call) : st;
 }
 
+/* Spins (polling the events of the signals it waits for) up to the runtime's wait_spin_ns, then
+ * blocks; a block woken because a value it waits for was just scheduled spins again, so a device
+ * signal is seen when the GPU reaches it, not when the completion thread relays it. */
 static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode,
                               uint64_t timeout, unsigned* index, const char* call) {
   unsigned idx = 0;
@@ -365,16 +359,37 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
   uint64_t deadline = timeout > UINT64_MAX - start ? UINT64_MAX : start + timeout;
   devrt_status st = check(n, s, v, mode, &idx, call);
   if (st == NOT_YET) {
-    for (unsigned i = 0; i < n; i++) dv_sem_ref(s[i]); /* a destroy while we wait must not free them */
-    uint64_t spin_end = start + s[0]->rt->cfg.wait_spin_ns;
-    do {
+    dv_wnode stack[16];
+    dv_wnode* nodes = n <= 16 ? stack : calloc(n, sizeof *nodes);
+    if (!nodes) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory for %u wait nodes", call, n);
+    dv_waiter w = {.fired = false};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&w.mu, NULL);
+    for (unsigned i = 0; i < n; i++) {
+      nodes[i] = (dv_wnode){.value = v[i], .w = &w};
+      dv_sem_ref(s[i]); /* a destroy while we wait must not free them */
+    }
+    for (uint64_t now = start; st == NOT_YET && now < deadline; now = now_ns()) {
+      uint64_t spin_end = now + s[0]->rt->cfg.wait_spin_ns;
+      do {
+        poll_all(n, s, v);
+        if ((st = check(n, s, v, mode, &idx, call)) != NOT_YET) break;
+        cpu_relax();
+      } while ((now = now_ns()) < (spin_end < deadline ? spin_end : deadline));
+      if (st == NOT_YET && now < deadline) st = block(n, s, v, mode, deadline, nodes, &w, &idx, call);
+    }
+    if (st == NOT_YET && timeout == 0) { /* a poll: one look at the events */
       poll_all(n, s, v);
       st = check(n, s, v, mode, &idx, call);
-      if (st != NOT_YET) break;
-      cpu_relax();
-    } while (now_ns() < (spin_end < deadline ? spin_end : deadline));
-    if (st == NOT_YET && now_ns() < deadline) st = block(n, s, v, mode, deadline, &idx, call);
+    }
     for (unsigned i = 0; i < n; i++) dv_sem_unref(s[i]);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    if (nodes != stack) free(nodes);
   }
   if (index && st != NOT_YET) *index = idx;
   if (st != NOT_YET) return st;

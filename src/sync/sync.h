@@ -37,6 +37,7 @@ typedef struct dv_wnode {
   dv_waiter* w;
   struct dv_wnode *prev, *next;
   bool linked;
+  bool sched_woken; /* woken once already because its value got scheduled */
 } dv_wnode;
 
 /* Submissions parked on one semaphore, smallest awaited value first (a binary heap). */
