@@ -289,7 +289,7 @@ int bench_sem(const cli_opts* o) {
     for (int i = NRT - 1; i >= 0; i--) teardown(&c[i]);
     return 1;
   }
-  int rounds = o->rounds > 0 ? o->rounds : 31, lrounds = rounds < 3 ? rounds : 3;
+  int rounds = o->rounds > 0 ? o->rounds : 31, lrounds = rounds < 5 ? rounds : 5;
   wake w[NRT];
   memset(w, 0, sizeof w);
   bench_suite b;
