@@ -53,3 +53,7 @@ extern "C" __global__ void devrt_record_smid(uint32_t* out) {
     out[blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)] = smid;
   }
 }
+
+// Faults the context on purpose (a trap: CUDA_ERROR_LAUNCH_FAILED, sticky). cuda only: the tests
+// of device loss use it in a process of their own.
+extern "C" __global__ void devrt_trap() { asm volatile("trap;"); }

@@ -21,7 +21,8 @@ typedef struct devrt_kernel devrt_kernel;
  * devrt's kernels: devrt_fill_u32(u32* p, u32 value, u64 n), devrt_copy_u32(u32* dst,
  * const u32* src, u64 n), devrt_checksum_u32(const u32* p, u64 n, u64* out: atomically added),
  * devrt_slow_fill_u32(p, value, n, u64 delay_ns) and devrt_slow_copy_u32(dst, src, n, delay_ns)
- * (each block waits delay_ns first: they expose races), devrt_record_smid(u32* out).
+ * (each block waits delay_ns first: they expose races), devrt_record_smid(u32* out), and on cuda
+ * only devrt_trap() (faults the context for good: for tests of device loss).
  * Thread-safe. */
 devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out);
 /* Unloads it; its kernels are dead afterwards. Not thread-safe with launches of its kernels. */

@@ -83,6 +83,7 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
     char msg[DV_MSG], what[128];
     snprintf(msg, sizeof msg, "%s failed: %s", describe(a, what, sizeof what), devrt_last_error());
     dv_action_fail(a, st, msg);
+    if (st == DEVRT_ERR_DEVICE_LOST) dv_device_lost(rt, msg); /* a sticky CUDA error */
     return;
   }
   if (dispatcher) STAT(rt->q, dispatched);

@@ -34,7 +34,9 @@ int main(void) {
   CHECK(dv_cu_status(CUDA_ERROR_STUB_LIBRARY) == DEVRT_ERR_NO_DRIVER);
   CHECK(dv_cu_status(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) == DEVRT_ERR_OUT_OF_RESOURCES);
   CHECK(dv_cu_status(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION) == DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK(dv_cu_status(CUDA_ERROR_ILLEGAL_ADDRESS) == DEVRT_ERR_BACKEND_ERROR);
+  CHECK(dv_cu_status(CUDA_ERROR_ILLEGAL_ADDRESS) == DEVRT_ERR_DEVICE_LOST);
+  CHECK(dv_cu_status(CUDA_ERROR_LAUNCH_FAILED) == DEVRT_ERR_DEVICE_LOST);
+  CHECK(dv_cu_status(CUDA_ERROR_UNKNOWN) == DEVRT_ERR_BACKEND_ERROR);
   /* The message keeps the failing call and the context (the name needs a driver; the code stays). */
   CHECK_STATUS(dv_cu_fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "(%d bytes)", 64), DEVRT_ERR_DEVICE_ALLOC_FAILED);
   CHECK(strstr(devrt_last_error(), "cuMemAlloc") && strstr(devrt_last_error(), "64 bytes"));
