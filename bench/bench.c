@@ -1,10 +1,11 @@
 /* bench.c: timing, statistics and text/JSON reporting shared by the benchmark suites. */
 #define _POSIX_C_SOURCE 200809L
-#include "bench.h"
-
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include "bench.h"
 
 uint64_t bench_now_ns(void) {
   struct timespec t;
@@ -79,6 +80,14 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
   b->rows++;
   free(d);
   return 0;
+}
+
+void bench_cat(char* buf, size_t cap, const char* fmt, ...) {
+  size_t len = strlen(buf);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + len, cap - len, fmt, ap);
+  va_end(ap);
 }
 
 void bench_end(bench_suite* b) { bench_end_fields(b, NULL); }

@@ -3,6 +3,7 @@
 #ifndef DEVRT_BENCH_H
 #define DEVRT_BENCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "cli.h"
 #include "devrt/status.h"
@@ -38,6 +39,8 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                int (*sync)(void* ctx), int iters, int rounds);
 void bench_end(bench_suite* b);
+/* Appends printf-style text to the string in buf (cap bytes in all): JSON fragments of a footer. */
+void bench_cat(char* buf, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Called from a body: ns of untimed setup in it (e.g. queuing work that a later call releases),
  * subtracted from the round's time. */
 void bench_exclude(uint64_t ns);

@@ -161,14 +161,6 @@ static int count_waits(lctx* c, bool pair, waits* w) {
  * and 1 per producer launch (the previous consumer's read, which the next write must follow). */
 static bool waits_ok(const waits* w) { return w->pair ? w->prod_max <= 1 && w->cons_max <= 1 : w->prod_max == 0; }
 
-static void cat(char* buf, size_t cap, const char* fmt, ...) {
-  size_t len = strlen(buf);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + len, cap - len, fmt, ap);
-  va_end(ap);
-}
-
 /* Closes the report: the waits of each row against the minimum, and the goals. */
 static void report(bench_suite* b, const waits* w, int nw, bool ok) {
   if (b->opts->json) {
@@ -176,16 +168,16 @@ static void report(bench_suite* b, const waits* w, int nw, bool ok) {
     for (int i = 0; i < nw; i++) {
       double p = (double)w[i].prod / COUNTED, q = (double)w[i].cons / COUNTED;
       unsigned long long pm = w[i].prod_max, qm = w[i].cons_max;
-      cat(js, sizeof js, "%s{\"op\":\"%s\",\"launches\":%d,", i ? "," : "", w[i].op, COUNTED);
+      bench_cat(js, sizeof js, "%s{\"op\":\"%s\",\"launches\":%d,", i ? "," : "", w[i].op, COUNTED);
       if (w[i].pair)
-        cat(js, sizeof js,
+        bench_cat(js, sizeof js,
             "\"waits_per_consumer_launch\":%.2f,\"max_per_consumer_launch\":%llu,\"minimum_per_consumer_launch\":1,"
             "\"waits_per_producer_launch\":%.2f,\"max_per_producer_launch\":%llu,\"minimum_per_producer_launch\":1}",
             q, qm, p, pm);
       else
-        cat(js, sizeof js, "\"waits_per_launch\":%.2f,\"max_per_launch\":%llu,\"minimum_per_launch\":0}", p, pm);
+        bench_cat(js, sizeof js, "\"waits_per_launch\":%.2f,\"max_per_launch\":%llu,\"minimum_per_launch\":0}", p, pm);
     }
-    cat(js, sizeof js, "],\"waits_ok\":%s", ok ? "true" : "false");
+    bench_cat(js, sizeof js, "],\"waits_ok\":%s", ok ? "true" : "false");
     bench_end_fields(b, js);
     return;
   }

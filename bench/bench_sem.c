@@ -161,21 +161,13 @@ static int wake_row(bench_suite* b, rtx* c, const char* op, int rounds, wake* w)
 
 static const char* mode_name(int m) { return m == DEVRT_COMPLETION_HOSTFN ? "hostfn" : "sync"; }
 
-static void cat(char* buf, size_t cap, const char* fmt, ...) {
-  size_t len = strlen(buf);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + len, cap - len, fmt, ap);
-  va_end(ap);
-}
-
 /* Closes the report: wake CPU per completion mode, idle CPU, the queue's counters, the goals. */
 static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double idle_pct,
                    const devrt_queue_stats* q, int nq, bool hops_ok) {
   bool js = b->opts->json;
   char buf[4096] = "";
   if (js)
-    cat(buf, sizeof buf, "\"goals\":{\"hop_ratio_max\":1.20,\"wake_ratio_max\":1.20,\"idle_cpu_pct_max\":1.0,"
+    bench_cat(buf, sizeof buf, "\"goals\":{\"hop_ratio_max\":1.20,\"wake_ratio_max\":1.20,\"idle_cpu_pct_max\":1.0,"
                          "\"host_hops\":0},\"wake\":[");
   else {
     bench_end(b);
@@ -187,7 +179,7 @@ static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double i
   for (int i = 0; i < nw; i++) {
     const wake* x = &w[i];
     if (js)
-      cat(buf, sizeof buf,
+      bench_cat(buf, sizeof buf,
           "%s{\"runtime\":\"%s\",\"completion\":\"%s\",\"wait_spin_ns\":%llu,\"raw_event\":\"%s\","
           "\"devrt_ns\":%.1f,\"raw_ns\":%.1f,\"devrt_cpu_us_per_op\":%.2f,\"raw_cpu_us_per_op\":%.2f}",
           i ? "," : "", x->runtime, mode_name(x->completion), x->spin_ns, x->raw_event, x->d_ns, x->r_ns,
@@ -198,10 +190,10 @@ static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double i
              x->r_ns, x->r_cpu_us);
   }
   if (js) {
-    if (c->parks) cat(buf, sizeof buf, "],\"park_ns_per_submission\":%.1f", (double)c->park_ns / (double)c->parks);
-    else cat(buf, sizeof buf, "]");
-    if (idle_pct >= 0) cat(buf, sizeof buf, ",\"idle_cpu_pct\":%.3f,\"queue\":{", idle_pct);
-    else cat(buf, sizeof buf, ",\"idle_cpu_pct\":null,\"queue\":{");
+    if (c->parks) bench_cat(buf, sizeof buf, "],\"park_ns_per_submission\":%.1f", (double)c->park_ns / (double)c->parks);
+    else bench_cat(buf, sizeof buf, "]");
+    if (idle_pct >= 0) bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":%.3f,\"queue\":{", idle_pct);
+    else bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":null,\"queue\":{");
   } else {
     if (idle_pct >= 0) printf("idle CPU: %.3f%% of one core over 1 s, %d runtimes alive\n", idle_pct, nq);
     if (c->parks) printf("wait-first rows time the hops from the gate's signal; parking them cost %.1f ns per submission\n",
@@ -213,7 +205,7 @@ static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double i
     unsigned long long v[] = {s->submitted, s->issued_inline, s->parked, s->issued_by_dispatch, s->device_waits,
                               s->dispatch_wakeups, s->completion_wakeups, s->completions, s->host_hops};
     if (js)
-      cat(buf, sizeof buf,
+      bench_cat(buf, sizeof buf,
           "%s\"%s\":{\"submitted\":%llu,\"issued_inline\":%llu,\"parked\":%llu,\"issued_by_dispatch\":%llu,"
           "\"device_waits\":%llu,\"dispatch_wakeups\":%llu,\"completion_wakeups\":%llu,\"completions\":%llu,"
           "\"host_hops\":%llu}", i ? "," : "", c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
@@ -223,7 +215,7 @@ static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double i
              c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
   }
   if (js) {
-    cat(buf, sizeof buf, "},\"host_hops_ok\":%s", hops_ok ? "true" : "false");
+    bench_cat(buf, sizeof buf, "},\"host_hops_ok\":%s", hops_ok ? "true" : "false");
     bench_end_fields(b, buf);
     return;
   }
