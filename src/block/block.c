@@ -575,9 +575,14 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   return DEVRT_OK;
 }
 
-bool dv_block_live(devrt_runtime* rt, devrt_block h, const char* call) {
-  devrt_status st;
+devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) {
+  devrt_status st = DEVRT_OK;
   dv_blk* b = get_locked(rt, h, call, &st);
   if (b) unlock(b);
-  return b != NULL;
+  return st;
+}
+
+void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
+  counts ignored = {0}; /* semaphore waits are the queue's to count, not use tracking's */
+  want(rt, slot, p, w, n, &ignored);
 }

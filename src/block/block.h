@@ -76,7 +76,12 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
 void dv_block_cancel(devrt_runtime* rt, devrt_block h);
 /* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s);
-/* Whether h names a live block (pending or not), for checks before anything is queued. */
-bool dv_block_live(devrt_runtime* rt, devrt_block h, const char* call);
+/* OK if h names a live block (pending or not); else STALE_BLOCK (INVALID_ARGUMENT for 0) with
+ * the message set: the checks made before anything is queued. */
+devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call);
+/* Adds event p to what stream `slot` must wait for, as use tracking does: at most one per source
+ * slot (the newest), none for the slot's own events or events known complete. Takes its own
+ * reference on what it keeps; w has room for one entry per slot. */
+void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n);
 
 #endif

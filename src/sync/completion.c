@@ -63,15 +63,6 @@ static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_i
   return tp != NULL;
 }
 
-/* Completes t's value if its event is done; false if not; a device error loses the device. */
-static bool check_done(devrt_runtime* rt, target* t) {
-  bool done = dv_pev_done(rt, t->ev);
-  devrt_status st = done ? DEVRT_OK : rt->be->event_query(t->ev->ev, &done);
-  if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
-  if (done) dv_events_sync_end(rt, t->ev->slot, t->ev->seq), dv_sem_complete(t->s, t->value, true);
-  return done || st != DEVRT_OK;
-}
-
 static void idle(dv_queue* q, uint64_t timeout_ns) {
   q->cidle = true;
   if (timeout_ns) {
@@ -111,7 +102,7 @@ static void* complete_main(void* arg) {
       }
       if (arm_it && follow(rt, t.ev, NULL) != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       s->wnext = keep, keep = s; /* still watched: needed() may say otherwise next time */
-      if (check_done(rt, &t)) progress = true;
+      if (dv_sem_observe(s, t.ev, t.value)) progress = true;
       else if (!oldest.s || t.order < oldest.order) {
         if (oldest.s) dv_pev_unref(rt, oldest.ev);
         oldest = t, t.ev = NULL;

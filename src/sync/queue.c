@@ -1,6 +1,6 @@
-/* queue.c: devrt_queue_submit (validate, copy into one allocation, resolve the waits against the
- * semaphores' scheduled signals, then issue at once or park) and the dispatch thread, which issues
- * parked submissions as their semaphores get scheduled and runs host calls. */
+/* queue.c: devrt_queue_submit (validate, resolve the waits against the semaphores' scheduled
+ * signals, then issue at once in place, or copy into one allocation and park) and the dispatch
+ * thread, which issues parked submissions as their semaphores get scheduled and runs host calls. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,13 +37,6 @@ void dv_action_fail(dv_action* a, devrt_status cause, const char* msg) {
 
 /* ---- issue ---- */
 
-/* Of the events gathered from one source slot only the newest needs a wait. */
-static bool newest_of_slot(dv_pev** e, unsigned n, unsigned i) {
-  for (unsigned j = 0; j < n; j++)
-    if (j != i && e[j]->slot == e[i]->slot && (e[j]->seq > e[i]->seq || (e[j]->seq == e[i]->seq && j < i))) return false;
-  return true;
-}
-
 static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev** ev) {
   devrt_runtime* rt = a->rt;
   dv_pev** want = a->nsignals ? ev : NULL;
@@ -63,18 +56,23 @@ static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev*
 }
 
 /* Issues a on its stream after device waits on evs (references it drops), then schedules its
- * signals and hands it to the completion thread. */
+ * signals; the action is done with. */
 static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
   devrt_runtime* rt = a->rt;
   devrt_stream id = a->stream;
   dv_stream* s = NULL;
   devrt_status st = id ? DEVRT_OK : devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id);
   if (st == DEVRT_OK) st = dv_stream_get(rt, id, &s, "devrt_queue_submit");
+  dv_wait w[DEVRT_QUEUE_MAX_WAITS]; /* one per source slot: never more than the waits */
   unsigned slot = DV_SID_SLOT(id), waits = 0;
-  for (unsigned i = 0; i < nev; i++)
-    if (st == DEVRT_OK && evs[i]->slot != slot && !dv_pev_done(rt, evs[i]) && newest_of_slot(evs, nev, i))
-      st = rt->be->stream_wait(s, evs[i]->ev), waits++;
-  for (unsigned i = 0; i < nev; i++) dv_pev_unref(rt, evs[i]);
+  for (unsigned i = 0; i < nev; i++) {
+    if (st == DEVRT_OK) dv_waits_add(rt, slot, evs[i], w, &waits);
+    dv_pev_unref(rt, evs[i]);
+  }
+  for (unsigned i = 0; i < waits; i++) {
+    if (st == DEVRT_OK) st = rt->be->stream_wait(s, w[i].ev->ev);
+    dv_pev_unref(rt, w[i].ev);
+  }
   if (waits) atomic_fetch_add_explicit(&rt->q->dwaits, waits, memory_order_relaxed);
   dv_pev* ev = NULL;
   if (st == DEVRT_OK) st = do_work(a, id, s, &ev);
@@ -232,9 +230,7 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
     case DEVRT_WORK_BARRIER: return DEVRT_OK;
     case DEVRT_WORK_LAUNCH:
       DV_CHECK(dv_launch_check(rt, &sub->launch));
-      for (unsigned i = 0; i < sub->launch.nuses; i++)
-        if (!dv_block_live(rt, sub->launch.uses[i].block, "devrt_queue_submit"))
-          return sub->launch.uses[i].block ? DEVRT_ERR_STALE_BLOCK : DEVRT_ERR_INVALID_ARGUMENT;
+      for (unsigned i = 0; i < sub->launch.nuses; i++) DV_CHECK(dv_block_check(rt, sub->launch.uses[i].block, "devrt_queue_submit"));
       return dv_launch_args_size(&sub->launch, nargs, argbytes);
     case DEVRT_WORK_HOST_CALL:
       DV_ARG_CHECK(sub->host.fn, "devrt_queue_submit", "host call without a function");
@@ -243,9 +239,7 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
       DV_ARG_CHECK(sub->alloc.size && sub->alloc.out, "devrt_queue_submit", "allocation of %zu bytes into %p (tag %s)", sub->alloc.size,
                    (void*)sub->alloc.out, sub->alloc.tag ? sub->alloc.tag : "untagged");
       return DEVRT_OK;
-    case DEVRT_WORK_FREE:
-      if (!dv_block_live(rt, sub->block, "devrt_queue_submit")) return sub->block ? DEVRT_ERR_STALE_BLOCK : DEVRT_ERR_INVALID_ARGUMENT;
-      return DEVRT_OK;
+    case DEVRT_WORK_FREE: return dv_block_check(rt, sub->block, "devrt_queue_submit");
     default: return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
   }
 }
@@ -315,7 +309,7 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
     dv_action_fail(&now, DEVRT_ERR_OUT_OF_RESOURCES, "devrt_queue_submit: out of host memory to park a submission");
     return DEVRT_OK;
   }
-  a->block = blk ? blk : a->block;
+  if (blk) a->block = blk; /* the reservation made above */
   try_issue(a, false);
   return DEVRT_OK;
 }

@@ -69,11 +69,15 @@ static dv_action* heap_pop(dv_heap* h) {
 
 /* ---- state changes (all under s->mu) ---- */
 
-static void fire(devrt_semaphore* s, dv_wnode* n) {
+static void unlink_node(devrt_semaphore* s, dv_wnode* n) {
   if (n->prev) n->prev->next = n->next;
   else s->waiters = n->next;
   if (n->next) n->next->prev = n->prev;
   n->linked = false;
+}
+
+static void fire(devrt_semaphore* s, dv_wnode* n) {
+  unlink_node(s, n);
   pthread_mutex_lock(&n->w->mu);
   n->w->fired = true;
   pthread_cond_signal(&n->w->cv);
@@ -102,9 +106,9 @@ static void drop_tp(devrt_semaphore* s, dv_tp* t) {
   free(t);
 }
 
-/* The oldest scheduled signal that reaches v, or NULL. Signals are usually scheduled in value
- * order and waited for near the newest, so the search starts at the tail. */
-static dv_tp* find_tp(devrt_semaphore* s, uint64_t v) {
+/* Signals are usually scheduled in value order and waited for near the newest, so the search
+ * starts at the tail. */
+dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) {
   dv_tp* t = s->tail;
   if (!t || t->value < v) return NULL;
   while (t->prev && t->prev->value >= v) t = t->prev;
@@ -117,8 +121,6 @@ uint64_t dv_sem_needed(devrt_semaphore* s) {
     if (n->value < v) v = n->value;
   return v;
 }
-
-dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) { return find_tp(s, v); }
 
 /* Whether the dispatcher must look at s now; sets queued and takes the list's reference. */
 static bool release_check(devrt_semaphore* s, bool gpu) {
@@ -158,16 +160,25 @@ void dv_sem_complete(devrt_semaphore* s, uint64_t v, bool gpu) {
   if (kick) dv_queue_kick(s->rt, s);
 }
 
-/* Whether ev (a reference the caller gives up) has completed; if so v is reached. A device error
- * here is sticky: the device is lost. */
-static void observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
+bool dv_sem_observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
   devrt_runtime* rt = s->rt;
   bool done = dv_pev_done(rt, ev);
   devrt_status st = done ? DEVRT_OK : rt->be->event_query(ev->ev, &done);
-  if (done) dv_events_sync_end(rt, ev->slot, ev->seq); /* use tracking can skip waits on it now */
-  dv_pev_unref(rt, ev);
-  if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
-  else if (done) dv_sem_complete(s, v, true);
+  if (st != DEVRT_OK) { /* sticky: the device is lost */
+    dv_device_lost(rt, devrt_last_error());
+    return true;
+  }
+  if (done) {
+    dv_events_sync_end(rt, ev->slot, ev->seq); /* use tracking can skip waits on it now */
+    dv_sem_complete(s, v, true);
+  }
+  return done;
+}
+
+/* dv_sem_observe, then drops the caller's reference on ev. */
+static void observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
+  dv_sem_observe(s, ev, v);
+  dv_pev_unref(s->rt, ev);
 }
 
 void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
@@ -234,7 +245,7 @@ dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_p
     snprintf(msg, DV_MSG, "semaphore %p was destroyed while a submission waited for it to reach %" PRIu64, (void*)s, v);
   } else if (atomic_load_explicit(&s->value, memory_order_relaxed) >= v) {
     r = DV_WAIT_MET;
-  } else if (a->kind != DEVRT_WORK_HOST_CALL && (t = find_tp(s, v)) != NULL) {
+  } else if (a->kind != DEVRT_WORK_HOST_CALL && (t = dv_sem_find(s, v)) != NULL) {
     r = dv_pev_done(s->rt, t->ev) ? DV_WAIT_MET : DV_WAIT_EVENT;
     if (r == DV_WAIT_EVENT) dv_pev_ref(t->ev), *ev = t->ev;
   } else if (!a->heap) {
@@ -246,7 +257,7 @@ dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_p
     if (!heap_push(host ? &s->host : &s->dev, v, a)) {
       *cause = DEVRT_ERR_OUT_OF_RESOURCES, r = DV_WAIT_FAILED;
       snprintf(msg, DV_MSG, "out of host memory parking a submission on semaphore %p", (void*)s);
-    } else if (host && find_tp(s, v)) {
+    } else if (host && dv_sem_find(s, v)) {
       dv_watch(s); /* a host call needs the completion observed */
     }
   }
@@ -299,7 +310,7 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
 static void poll(devrt_semaphore* s, uint64_t v) {
   if (sched(s) < v) return;
   pthread_mutex_lock(&s->mu);
-  dv_tp* t = atomic_load_explicit(&s->value, memory_order_relaxed) < v ? find_tp(s, v) : NULL;
+  dv_tp* t = atomic_load_explicit(&s->value, memory_order_relaxed) < v ? dv_sem_find(s, v) : NULL;
   dv_pev* ev = t ? t->ev : NULL;
   uint64_t tv = t ? t->value : 0;
   if (ev) dv_pev_ref(ev);
@@ -324,7 +335,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
       nodes[i].prev = NULL, nodes[i].next = s[i]->waiters, nodes[i].linked = true;
       if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
       s[i]->waiters = &nodes[i];
-      if (find_tp(s[i], v[i])) dv_watch(s[i]); /* else scheduling its signal will */
+      if (dv_sem_find(s[i], v[i])) dv_watch(s[i]); /* else scheduling its signal will */
     }
     pthread_mutex_unlock(&s[i]->mu);
   }
@@ -338,12 +349,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
   pthread_mutex_unlock(&w->mu);
   for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
     pthread_mutex_lock(&s[i]->mu);
-    if (nodes[i].linked) {
-      if (nodes[i].prev) nodes[i].prev->next = nodes[i].next;
-      else s[i]->waiters = nodes[i].next;
-      if (nodes[i].next) nodes[i].next->prev = nodes[i].prev;
-      nodes[i].linked = false;
-    }
+    if (nodes[i].linked) unlink_node(s[i], &nodes[i]);
     pthread_mutex_unlock(&s[i]->mu);
   }
   return st == NOT_YET ? check(n, s, v, mode, idx, call) : st;

@@ -109,7 +109,6 @@ typedef struct dv_queue {
   bool completer_up, cstop, cidle;
 
   _Atomic bool lost;
-  devrt_status lost_cause;
   char lost_msg[DV_MSG];
   _Atomic uint64_t submitted, refused, inline_, parked, dispatched, host_calls, failed, dwaits, hops, dwake,
       cwake, completions;
@@ -127,14 +126,18 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev);
 /* The first failure wins; parked work waiting on s fails with the same root cause. */
 void dv_sem_fail(devrt_semaphore* s, devrt_status cause, const char* msg);
 typedef enum { DV_WAIT_MET, DV_WAIT_EVENT, DV_WAIT_PARKED, DV_WAIT_FAILED } dv_wait_result;
-/* Resolves one wait of a: met, an event to wait on (*ev, a reference), parked on s (a belongs to
- * s from then on), or failed (*cause and msg say why). Host calls need v completed. */
+/* Resolves one wait of a: met, an event to wait on (*ev, a reference), parked, or failed (*cause
+ * and msg say why). Host calls need v completed. Parked: a heap action belongs to s from then
+ * on; a borrowed one is not pushed (the caller copies it to the heap and resolves again). */
 dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause,
                               char* msg);
 /* The smallest value a host waiter or a parked host call waits for (UINT64_MAX: none). Under mu. */
 uint64_t dv_sem_needed(devrt_semaphore* s);
 /* The oldest scheduled signal that reaches v, or NULL. Under mu. */
 dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v);
+/* Whether ev (the event of s's signal of v) has completed, completing v if so; true too on a
+ * device error, which loses the device. The caller keeps its reference. */
+bool dv_sem_observe(devrt_semaphore* s, dv_pev* ev, uint64_t v);
 /* Pops what s's parked heaps can release now into a list linked by ->next. */
 dv_action* dv_sem_release(devrt_semaphore* s);
 
