@@ -649,6 +649,9 @@ static void refused(const ctx* c) {
   devrt_submission bar = {.kind = DEVRT_WORK_BARRIER, .signals = (sv[]){{z, 1}}, .nsignals = 1};
   CHECK_STATUS(devrt_queue_submit(NULL, &bar), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_queue_submit(c->r, NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  devrt_queue_stats none;
+  CHECK_STATUS(devrt_queue_stats_get(NULL, &none), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_queue_stats_get(c->r, NULL), DEVRT_ERR_INVALID_ARGUMENT);
 
   devrt_queue_stats st0 = qstats(c), st;
   devrt_block_stats b0 = bstats(c->r);
