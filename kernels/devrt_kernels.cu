@@ -54,6 +54,10 @@ extern "C" __global__ void devrt_record_smid(uint32_t* out) {
   }
 }
 
+// Every block spins for ns nanoseconds: fixed work per block, no memory traffic (the background
+// and critical kernels of `devrt bench partition`).
+extern "C" __global__ void devrt_spin(uint64_t ns) { spin_ns(ns); }
+
 // Faults the context on purpose (a trap: CUDA_ERROR_LAUNCH_FAILED, sticky). cuda only: the tests
 // of device loss use it in a process of their own.
 extern "C" __global__ void devrt_trap() { asm volatile("trap;"); }

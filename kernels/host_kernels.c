@@ -81,7 +81,11 @@ static void slow_copy_u32(const dv_host_grid* g, void** args) {
 static void record_smid(const dv_host_grid* g, void** args) {
   uint32_t* out = arg_ptr(args, 0);
   uint64_t block = ((uint64_t)g->block_idx.z * g->grid_dim.y + g->block_idx.y) * g->grid_dim.x + g->block_idx.x;
-  out[block] = 0; /* the host has no SM ids */
+  out[block] = g->sm; /* the worker "SM" the backend placed the block on */
+}
+
+static void spin(const dv_host_grid* g, void** args) {
+  if (first_block(g)) sleep_ns(arg_u64(args, 0));
 }
 
 const dv_host_kernel_def dv_host_kernels[] = {
@@ -91,5 +95,6 @@ const dv_host_kernel_def dv_host_kernels[] = {
     {"devrt_slow_fill_u32", slow_fill_u32, 4, {8, 4, 8, 8}},
     {"devrt_slow_copy_u32", slow_copy_u32, 4, {8, 8, 8, 8}},
     {"devrt_record_smid", record_smid, 1, {8}},
+    {"devrt_spin", spin, 1, {8}},
 };
 const unsigned dv_host_kernel_count = sizeof dv_host_kernels / sizeof dv_host_kernels[0];

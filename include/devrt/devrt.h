@@ -12,4 +12,5 @@
 #include "devrt/launch.h"
 #include "devrt/semaphore.h"
 #include "devrt/queue.h"
+#include "devrt/partition.h"
 #endif

@@ -42,6 +42,9 @@ typedef struct devrt_config {
   uint64_t wait_spin_ns;          /* DEVRT_WAIT_SPIN_NS: host waits spin this long, then block (default 20000) */
   int completion;                 /* DEVRT_COMPLETION=sync|hostfn: how device completion reaches the host
                                      (a devrt_completion_mode, queue.h; default sync) */
+  unsigned partition_streams;     /* DEVRT_PARTITION_STREAMS: stream slots reserved for layouts'
+                                     partitions, all layouts together (partition.h; default 64);
+                                     stream_pool_size + this <= DEVRT_MAX_STREAMS */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.

@@ -9,6 +9,7 @@
 #include "devrt/device.h"
 #include "devrt/event.h"
 #include "devrt/memory.h"
+#include "devrt/partition.h"
 #include "devrt/runtime.h"
 #include "../core/error.h"
 
@@ -21,8 +22,17 @@ typedef struct dv_green dv_green;     /* CUgreenCtx / host worker slice */
 
 typedef struct dv_dim3 { unsigned x, y, z; } dv_dim3;
 
+/* An SM resource (CUdevResource on cuda, a worker set on host) in bytes the backend owns;
+ * sms is its SM count. */
+typedef struct dv_res {
+  _Alignas(16) unsigned char opaque[192];
+  unsigned sms;
+  bool splittable; /* the device's, or a green context's (not a split output) */
+} dv_res;
+
 /* A host-backend kernel: run once per block of the grid. args are CUDA-style kernelParams. */
-typedef struct dv_host_grid { dv_dim3 block_idx, grid_dim, block_dim; } dv_host_grid;
+/* sm: the worker "SM" the block is placed on: blocks go round-robin over the stream's slice. */
+typedef struct dv_host_grid { dv_dim3 block_idx, grid_dim, block_dim; unsigned sm; } dv_host_grid;
 typedef void (*dv_host_kernel_fn)(const dv_host_grid* g, void** args);
 typedef struct dv_host_kernel_def {
   const char* name;
@@ -32,9 +42,11 @@ typedef struct dv_host_kernel_def {
 } dv_host_kernel_def;
 
 /* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails.
+ * DV_FAULT_GREEN fails a green context creation with UNSUPPORTED, as a driver that refuses them
+ * (a virtual GPU, MPS) does.
  * DV_FAULT_DEVICE is sticky, like a CUDA launch fault: from its Nth event query or synchronize
  * on, every event query and synchronize fails (a lost device). */
-typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_DEVICE, DV_FAULT_OPS_ } dv_fault_op;
+typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_DEVICE, DV_FAULT_GREEN, DV_FAULT_OPS_ } dv_fault_op;
 
 typedef struct dv_backend {
   const char* name;
@@ -76,10 +88,17 @@ typedef struct dv_backend {
   /* The byte size of each of k's parameters (at most `max`), so a deferred launch can copy them. */
   devrt_status (*kernel_params)(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n);
 
-  devrt_status (*split_query)(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out);
-  /* A green context (host: a worker slice) of the first group of one split of min_sms. */
-  devrt_status (*green_create)(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out,
-                               unsigned* granted_sms);
+  /* SM resources, splits and green contexts (host: sets of worker "SMs"). A split output can
+   * be split again only through the resource of a green context built from it, as on CUDA. */
+  devrt_status (*sm_resource)(dv_dev* d, dv_res* out); /* the whole device */
+  /* One split of `in` into up to *n groups of at least min_sms SMs (DEVRT_SPLIT_* flags);
+   * groups NULL: a dry run, *n gets how many the driver would give. rem gets the rest. */
+  devrt_status (*sm_split)(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
+                           unsigned* n, dv_res* rem);
+  /* A green context of the union of res[0..n) (outputs of one split); its streams come from
+   * stream_create(d, g, ...). */
+  devrt_status (*green_create)(dv_dev* d, const dv_res* res, unsigned n, dv_green** out);
+  devrt_status (*green_resource)(dv_green* g, dv_res* out); /* the SMs it was granted */
   void (*green_destroy)(dv_dev* d, dv_green* g);
 
   void (*fault_arm)(dv_dev* d, dv_fault_op op, unsigned nth); /* nth 0 disarms */

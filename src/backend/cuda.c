@@ -348,55 +348,60 @@ static devrt_status cu_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes
   return DEVRT_OK;
 }
 
-static unsigned split_flags(unsigned flags) {
-  return (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING) ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0;
+_Static_assert(sizeof(CUdevResource) <= sizeof(((dv_res*)0)->opaque), "dv_res holds a CUdevResource");
+static const CUdevResource* ccres(const dv_res* r) { return (const CUdevResource*)(const void*)r->opaque; }
+static void wrap(dv_res* r, const CUdevResource* c, bool splittable) {
+  memcpy(r->opaque, c, sizeof *c);
+  r->sms = c->sm.smCount;
+  r->splittable = splittable;
 }
 
-/* One SplitByCount of the whole device; groups may be NULL (count only) or hold *n entries. */
-static devrt_status split(dv_dev* d, unsigned min_sms, unsigned flags, CUdevResource* groups, unsigned* n,
-                          CUdevResource* rem) {
+static devrt_status cu_sm_resource(dv_dev* d, dv_res* out) {
   CUdevResource res;
   DV_CHECK(sm_resource(d, &res));
-  if (min_sms > res.sm.smCount)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "split: %u SMs asked, device %d has %u", min_sms, d->info.ordinal, res.sm.smCount);
-  memset(rem, 0, sizeof *rem);
-  CU(D->cuDevSmResourceSplitByCount(groups, n, &res, rem, split_flags(flags), min_sms),
-     "cuDevSmResourceSplitByCount", "(min %u SMs, flags 0x%x, device %d)", min_sms, flags, d->info.ordinal);
+  wrap(out, &res, true);
   return DEVRT_OK;
 }
 
-static devrt_status cu_split_query(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out) {
-  CUdevResource one, rem;
-  unsigned n = 0;
-  DV_CHECK(split(d, min_sms, flags, NULL, &n, &rem)); /* the group count */
-  unsigned k = 1;
-  DV_CHECK(split(d, min_sms, flags, &one, &k, &rem)); /* one group gives its size */
-  out->groups = n;
-  out->sms_per_group = n ? one.sm.smCount : 0;
-  out->remainder_sms = (unsigned)d->info.sm_count - n * out->sms_per_group;
+static devrt_status cu_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
+                                unsigned* n, dv_res* rem) {
+  unsigned f = (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING) ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0;
+  CUdevResource out[DEVRT_MAX_PARTITIONS + 1], left;
+  if (groups && *n > DEVRT_MAX_PARTITIONS + 1) *n = DEVRT_MAX_PARTITIONS + 1;
+  memset(&left, 0, sizeof left);
+  CU(D->cuDevSmResourceSplitByCount(groups ? out : NULL, n, ccres(in), &left, f, min_sms),
+     "cuDevSmResourceSplitByCount", "(%u of %u SMs, flags 0x%x, device %d)", min_sms, in->sms, flags, d->info.ordinal);
+  for (unsigned i = 0; groups && i < *n; i++) wrap(&groups[i], &out[i], false);
+  wrap(rem, &left, false);
   return DEVRT_OK;
 }
 
-static devrt_status cu_green_create(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out, unsigned* granted) {
-  CUdevResource group, rem;
-  unsigned n = 1;
-  DV_CHECK(split(d, min_sms, flags, &group, &n, &rem));
+static devrt_status cu_green_create(dv_dev* d, const dv_res* res, unsigned n, dv_green** out) {
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_GREEN])))
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuGreenCtxCreate: injected refusal (as a virtual GPU or MPS gives)");
+  CUdevResource r[2];
+  if (n < 1 || n > 2) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "green_create: %u resources (1 or 2)", n);
+  for (unsigned i = 0; i < n; i++) r[i] = *ccres(&res[i]);
   CUdevResourceDesc desc;
-  CU(D->cuDevResourceGenerateDesc(&desc, &group, 1), "cuDevResourceGenerateDesc", "(%u SMs)", group.sm.smCount);
+  CU(D->cuDevResourceGenerateDesc(&desc, r, n), "cuDevResourceGenerateDesc", "(%u resources, %u SMs)", n, res[0].sms);
   dv_green* g = calloc(1, sizeof *g);
   if (!g) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "green_create: out of host memory");
-  CUresult r = D->cuGreenCtxCreate(&g->g, desc, d->dev, CU_GREEN_CTX_DEFAULT_STREAM);
-  CUdevResource got;
-  memset(&got, 0, sizeof got);
-  if (r == CUDA_SUCCESS) r = D->cuCtxFromGreenCtx(&g->ctx, g->g);
-  if (r == CUDA_SUCCESS) r = D->cuGreenCtxGetDevResource(g->g, &got, CU_DEV_RESOURCE_TYPE_SM);
-  if (r != CUDA_SUCCESS) {
+  CUresult e = D->cuGreenCtxCreate(&g->g, desc, d->dev, CU_GREEN_CTX_DEFAULT_STREAM);
+  if (e == CUDA_SUCCESS) e = D->cuCtxFromGreenCtx(&g->ctx, g->g);
+  if (e != CUDA_SUCCESS) {
     if (g->g) D->cuGreenCtxDestroy(g->g);
     free(g);
-    return dv_cu_fail(r, "cuGreenCtxCreate", "(%u SMs, device %d)", group.sm.smCount, d->info.ordinal);
+    return dv_cu_fail(e, "cuGreenCtxCreate", "(%u SMs, device %d)", res[0].sms, d->info.ordinal);
   }
-  *granted = got.sm.smCount;
   *out = g;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_green_resource(dv_green* g, dv_res* out) {
+  CUdevResource got;
+  memset(&got, 0, sizeof got);
+  CU(D->cuGreenCtxGetDevResource(g->g, &got, CU_DEV_RESOURCE_TYPE_SM), "cuGreenCtxGetDevResource", "(green context %p)", (void*)g->g);
+  wrap(out, &got, true);
   return DEVRT_OK;
 }
 
@@ -442,8 +447,10 @@ const dv_backend dv_cuda_backend = {
     .kernel_get = cu_kernel_get,
     .launch = cu_launch,
     .kernel_params = cu_kernel_params,
-    .split_query = cu_split_query,
+    .sm_resource = cu_sm_resource,
+    .sm_split = cu_sm_split,
     .green_create = cu_green_create,
+    .green_resource = cu_green_resource,
     .green_destroy = cu_green_destroy,
     .fault_arm = cu_fault_arm,
 };

@@ -26,7 +26,7 @@ struct dv_dev {
   _Atomic bool faulted;                    /* DV_FAULT_DEVICE hit: event queries and syncs fail */
 };
 
-struct dv_green { unsigned first, count; };  /* a slice of the device's workers */
+struct dv_green { unsigned n; unsigned short ids[]; }; /* a set of the device's workers, in id order */
 struct dv_module { const dv_host_kernel_def* table; unsigned count; };
 
 typedef enum op_kind { OP_FN, OP_WAIT, OP_FREE, OP_MEMSET, OP_MEMCPY, OP_LAUNCH } op_kind;
@@ -98,7 +98,7 @@ static void used_add(dv_dev* d, uint64_t n) {
 
 static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
 
-static void run_op(op* o) {
+static void run_op(dv_stream* s, op* o) {
   switch (o->kind) {
     case OP_FN: o->u.fn.fn(o->u.fn.user); break;
     case OP_WAIT:
@@ -117,10 +117,12 @@ static void run_op(op* o) {
     case OP_MEMCPY: memmove(o->u.cpy.dst, o->u.cpy.src, o->u.cpy.size); break;
     case OP_LAUNCH: {
       dv_host_grid g = {.grid_dim = o->u.run.grid, .block_dim = o->u.run.block};
+      unsigned b = 0; /* blocks go round-robin over the stream's workers */
       for (unsigned z = 0; z < g.grid_dim.z; z++)
         for (unsigned y = 0; y < g.grid_dim.y; y++)
-          for (unsigned x = 0; x < g.grid_dim.x; x++) {
+          for (unsigned x = 0; x < g.grid_dim.x; x++, b++) {
             g.block_idx = (dv_dim3){x, y, z};
+            g.sm = s->green ? s->green->ids[b % s->green->n] : b % s->dev->workers;
             o->u.run.def->fn(&g, o->u.run.argv);
           }
       break;
@@ -138,7 +140,7 @@ static void* worker_main(void* arg) {
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
-    run_op(o);
+    run_op(s, o);
     free(o);
     pthread_mutex_lock(&s->mu);
     atomic_fetch_add(&s->completed, 1);
@@ -550,37 +552,62 @@ static devrt_status host_launch(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim
   return DEVRT_OK;
 }
 
-/* ---- worker slices (green contexts) ---- */
+/* ---- worker sets (green contexts) ---- */
 
-static devrt_status check_split(dv_dev* d, unsigned* min_sms, const char* who) {
-  if (*min_sms == 0) *min_sms = 1;
-  if (*min_sms > d->workers)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: min_sms %u exceeds the device's %u host workers", who,
-                   *min_sms, d->workers);
+/* A host SM resource: a bit set of worker ids, kept in dv_res's opaque bytes. */
+#define MASK_WORDS 16 /* 1024 workers, the configuration's limit */
+_Static_assert(MASK_WORDS * sizeof(uint64_t) <= sizeof(((dv_res*)0)->opaque), "dv_res holds a worker set");
+static uint64_t* mask(dv_res* r) { return (uint64_t*)(void*)r->opaque; }
+static bool has(const dv_res* r, unsigned w) { return ((const uint64_t*)(const void*)r->opaque)[w / 64] >> (w % 64) & 1; }
+static void add(dv_res* r, unsigned w) { mask(r)[w / 64] |= 1ull << (w % 64), r->sms++; }
+
+static devrt_status host_sm_resource(dv_dev* d, dv_res* out) {
+  memset(out, 0, sizeof *out);
+  for (unsigned w = 0; w < d->workers; w++) add(out, w);
+  out->splittable = true;
   return DEVRT_OK;
 }
 
-static devrt_status host_split_query(dv_dev* d, unsigned min_sms, unsigned flags, devrt_split_result* out) {
+/* As CUDA's split by count, with a minimum partition and an alignment of 1: up to *n groups
+ * of max(min_sms, 1) workers in id order, the rest in rem. */
+static devrt_status host_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
+                                  unsigned* n, dv_res* rem) {
   (void)flags;
-  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split_query: out is NULL");
-  DV_CHECK(check_split(d, &min_sms, "host split_query"));
-  out->groups = d->workers / min_sms;
-  out->sms_per_group = min_sms;
-  out->remainder_sms = d->workers - out->groups * min_sms;
+  if (!in->splittable)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split: a split output must become a green context before it is split again");
+  unsigned size = min_sms ? min_sms : 1;
+  if (size > in->sms) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split: %u workers asked of %u", size, in->sms);
+  unsigned fit = in->sms / size;
+  *n = groups && *n < fit ? *n : fit;
+  memset(rem, 0, sizeof *rem);
+  if (groups) memset(groups, 0, *n * sizeof *groups);
+  for (unsigned w = 0, k = 0; w < d->workers; w++) {
+    if (!has(in, w)) continue;
+    if (k >= *n * size) add(rem, w);
+    else if (groups) add(&groups[k / size], w);
+    k++;
+  }
   return DEVRT_OK;
 }
 
-static devrt_status host_green_create(dv_dev* d, unsigned min_sms, unsigned flags, dv_green** out,
-                                      unsigned* granted_sms) {
-  (void)flags;
-  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host green_create: out is NULL");
-  DV_CHECK(check_split(d, &min_sms, "host green_create"));
-  dv_green* g = malloc(sizeof *g);
+static devrt_status host_green_create(dv_dev* d, const dv_res* res, unsigned n, dv_green** out) {
+  if (dv_fault_hit(&d->faults[DV_FAULT_GREEN]))
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "host green_create: injected refusal (as a virtual GPU or MPS gives)");
+  unsigned total = 0;
+  for (unsigned i = 0; i < n; i++) total += res[i].sms;
+  dv_green* g = calloc(1, sizeof *g + total * sizeof g->ids[0]);
   if (!g) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host green_create: out of host memory");
-  g->first = 0; /* the first group of the split */
-  g->count = min_sms;
-  if (granted_sms) *granted_sms = min_sms;
+  for (unsigned w = 0; w < d->workers; w++)
+    for (unsigned i = 0; i < n; i++)
+      if (has(&res[i], w)) g->ids[g->n++] = (unsigned short)w;
   *out = g;
+  return DEVRT_OK;
+}
+
+static devrt_status host_green_resource(dv_green* g, dv_res* out) {
+  memset(out, 0, sizeof *out);
+  for (unsigned i = 0; i < g->n; i++) add(out, g->ids[i]);
+  out->splittable = true;
   return DEVRT_OK;
 }
 
@@ -624,8 +651,10 @@ const dv_backend dv_host_backend = {
     .kernel_get = host_kernel_get,
     .launch = host_launch,
     .kernel_params = host_kernel_params,
-    .split_query = host_split_query,
+    .sm_resource = host_sm_resource,
+    .sm_split = host_sm_split,
     .green_create = host_green_create,
+    .green_resource = host_green_resource,
     .green_destroy = host_green_destroy,
     .fault_arm = host_fault_arm,
 };

@@ -26,6 +26,7 @@ typedef struct dv_blk {
   size_t size;
   const char* tag;
   devrt_stream stream;
+  devrt_resource* res; /* what allocated it: the stack, or its stream's partition's sub-budget */
   dv_pev* writer;
   dv_wait* readers; /* one per slot; points at inl until it outgrows it */
   unsigned nreaders, capreaders;
@@ -349,8 +350,6 @@ void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_
 
 /* ---- public ---- */
 
-static devrt_status stack_of(devrt_runtime* rt, devrt_resource** top) { return devrt_runtime_resource(rt, top); }
-
 static uint32_t index_of(devrt_block h) { return (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1); }
 
 devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
@@ -389,7 +388,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   devrt_resource* top = NULL;
   void* p = NULL;
   dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
-  if ((st = devrt_runtime_resource(rt, &top)) == DEVRT_OK && (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
+  if ((st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK && (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
     devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
   if (st != DEVRT_OK) {
@@ -398,7 +397,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   }
   if (ready_out) dv_pev_ref(ready), *ready_out = ready;
   lock(b);
-  b->ptr = p, b->stream = stream, b->writer = ready;
+  b->ptr = p, b->stream = stream, b->writer = ready, b->res = top;
   b->pending = false;
   unlock(b);
   atomic_fetch_add_explicit(&rt->evslots[DV_SID_SLOT(stream)].allocs, 1, memory_order_relaxed);
@@ -421,8 +420,6 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
 /* The free is a write on the runtime's free stream: it waits for the last writer and every
  * reader still running, and no user stream is made to wait for it. */
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s) {
-  devrt_resource* top = NULL;
-  DV_CHECK(stack_of(rt, &top));
   unsigned slot = DV_SID_SLOT(fs);
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w); /* before the lock: it may return */
@@ -444,10 +441,11 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   counts_flush(&rt->evslots[slot], &c);
   void* p = b->ptr;
   size_t size = b->size;
+  devrt_resource* res = b->res;
   unlock(b);
   st = dv_waits_issue(rt, s, slot, w, n);
   WAIT_BUF_FREE(w);
-  if (st == DEVRT_OK) st = devrt_resource_deallocate(top, p, size, fs);
+  if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
   lock(b);
   if (st == DEVRT_OK) {
@@ -570,7 +568,7 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   out->refused_launches = atomic_load_explicit(&rt->refused_launches, memory_order_relaxed);
   devrt_resource* top = NULL;
   devrt_resource_figures f;
-  if (atomic_load(&rt->stack) && stack_of(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
+  if (atomic_load(&rt->stack) && devrt_runtime_resource(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
     out->reaped_bytes = f.reaped_bytes;
   return DEVRT_OK;
 }

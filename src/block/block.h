@@ -49,10 +49,11 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
 typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b; } dv_use;
 
-/* Room for one wait per source slot: on the stack for pools of up to 64 streams. */
+/* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
+ * streams, the runtime's own and 64 for partitions fit). */
 #define WAIT_BUF(rt, name)                                                                    \
-  dv_wait name##_stack[64];                                                                   \
-  dv_wait* name = (rt)->nslots <= 64 ? name##_stack : malloc((rt)->nslots * sizeof *name);    \
+  dv_wait name##_stack[128];                                                                  \
+  dv_wait* name = (rt)->nslots <= 128 ? name##_stack : malloc((rt)->nslots * sizeof *name);   \
   if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 

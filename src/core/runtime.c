@@ -46,6 +46,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   cfg->budget_percent = 100;
   cfg->cache = true;
   cfg->wait_spin_ns = 20000;
+  cfg->partition_streams = 64;
   const char* b = getenv("DEVRT_BACKEND");
   if (b && *b) {
     if (!strcmp(b, "auto")) cfg->backend = DEVRT_BACKEND_AUTO;
@@ -57,6 +58,9 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   DV_CHECK(env_u64("DEVRT_STREAMS", 1, DEVRT_MAX_STREAMS, &v));
   cfg->stream_pool_size = (unsigned)v;
   DV_CHECK(env_u64("DEVRT_POOL_RELEASE", 0, UINT64_MAX, &cfg->pool_release_threshold));
+  v = cfg->partition_streams;
+  DV_CHECK(env_u64("DEVRT_PARTITION_STREAMS", 0, DEVRT_MAX_STREAMS - 1, &v));
+  cfg->partition_streams = (unsigned)v;
   v = cfg->host_workers;
   DV_CHECK(env_u64("DEVRT_HOST_WORKERS", 1, 1024, &v));
   cfg->host_workers = (unsigned)v;
@@ -107,13 +111,15 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
       c->stream_pool_size < 1 || c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 ||
       c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
       (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) || c->completion < 0 ||
-      c->completion > 1 || c->wait_spin_ns > 1000000000)
+      c->completion > 1 || c->wait_spin_ns > 1000000000 ||
+      (uint64_t)c->stream_pool_size + c->partition_streams > DEVRT_MAX_STREAMS)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
                    "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] without budget_bytes, "
-                   "completion %d in [0,1], wait_spin_ns %" PRIu64 " <= 1e9)",
+                   "completion %d in [0,1], wait_spin_ns %" PRIu64 " <= 1e9, stream_pool_size + partition_streams %u <= %d)",
                    call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size, DEVRT_MAX_STREAMS,
-                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent, c->completion, c->wait_spin_ns);
+                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent, c->completion, c->wait_spin_ns,
+                   c->partition_streams, DEVRT_MAX_STREAMS);
   return DEVRT_OK;
 }
 
@@ -173,7 +179,12 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
                 cfg->stream_priority, rt->info.priority_greatest, rt->info.priority_least);
   if (s == DEVRT_OK) s = dv_stream_pool_init(rt);
   if (s == DEVRT_OK && (s = dv_blocks_init(rt)) != DEVRT_OK) dv_stream_pool_fini(rt);
+  if (s == DEVRT_OK && (s = dv_layouts_init(rt)) != DEVRT_OK) {
+    dv_blocks_fini(rt);
+    dv_stream_pool_fini(rt);
+  }
   if (s == DEVRT_OK && (s = dv_queue_init(rt)) != DEVRT_OK) {
+    dv_layouts_fini(rt);
     dv_blocks_fini(rt);
     dv_stream_pool_fini(rt);
   }
@@ -198,11 +209,13 @@ devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out) 
 devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_RT_CHECK(rt, "devrt_runtime_destroy");
   DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
+  DV_CHECK(dv_layouts_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
   dv_blocks_fini(rt);
   dv_events_fini(rt);
+  dv_layouts_fini(rt);
   dv_stream_pool_fini(rt);
   rt->be->device_close(rt->dev);
   pthread_mutex_destroy(&rt->events_mu);
@@ -274,8 +287,8 @@ devrt_status devrt_runtime_info_get(devrt_runtime* rt, devrt_runtime_info* out) 
   memcpy(out->backend_reason, rt->reason, sizeof out->backend_reason);
   pthread_mutex_lock(&rt->pool_mu);
   out->stream_pool_size = rt->npool;
-  out->streams_created = rt->created;
-  out->streams_in_use = rt->in_use;
+  out->streams_created = rt->pool.created;
+  out->streams_in_use = rt->pool.in_use;
   pthread_mutex_unlock(&rt->pool_mu);
   return DEVRT_OK;
 }
@@ -297,5 +310,13 @@ devrt_status devrt_device_split_query(devrt_runtime* rt, unsigned min_sms, unsig
     return dv_fail(DEVRT_ERR_UNSUPPORTED, "devrt_device_split_query: device %d (%s) has no green contexts", rt->cfg.ordinal, rt->info.name);
   DV_ARG_CHECK(min_sms <= (unsigned)rt->info.sm_count, "devrt_device_split_query", "%u SMs asked, device %d has %d",
                min_sms, rt->cfg.ordinal, rt->info.sm_count);
-  return rt->be->split_query(rt->dev, min_sms, flags, out);
+  dv_res dev, one, rem;
+  unsigned n = 0, k = 1;
+  DV_CHECK(rt->be->sm_resource(rt->dev, &dev));
+  DV_CHECK(rt->be->sm_split(rt->dev, &dev, min_sms, flags, NULL, &n, &rem)); /* the group count */
+  DV_CHECK(rt->be->sm_split(rt->dev, &dev, min_sms, flags, &one, &k, &rem)); /* one gives its size */
+  out->groups = n;
+  out->sms_per_group = n ? one.sms : 0;
+  out->remainder_sms = dev.sms - n * out->sms_per_group;
+  return DEVRT_OK;
 }

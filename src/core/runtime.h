@@ -15,9 +15,21 @@
 #define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & 0xfffu)
 #define DV_SID(serial, slot, lease) (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
 
+/* A bounded pool of stream slots: the runtime's own, or one partition's (src/partition). Its
+ * fields are guarded by the runtime's pool_mu. */
+typedef struct dv_pool {
+  unsigned* slots;          /* its slot indices */
+  unsigned n, created, in_use, share_next;
+  int free_head;            /* -1: none free */
+  int priority;
+  dv_green* green;          /* where its streams run; NULL: the primary context */
+  struct devrt_partition* part; /* the partition it belongs to; NULL: the runtime's pool */
+} dv_pool;
+
 typedef struct dv_slot {
   _Atomic uint64_t id; /* the live lease's id; 0 while free */
   dv_stream* s;        /* created on the slot's first lease, then reused; set before id */
+  dv_pool* pool;       /* set before id; NULL for the runtime's own slot and unassigned ones */
   uint32_t lease;      /* guarded by pool_mu */
   unsigned holders;    /* guarded by pool_mu; >1 when shared */
   int next_free;       /* guarded by pool_mu; -1 ends the list */
@@ -35,9 +47,12 @@ struct devrt_runtime {
 
   pthread_mutex_t pool_mu;
   pthread_cond_t pool_cv;
-  dv_slot* slots;
-  unsigned npool, nslots, created, in_use, share_next; /* nslots = npool + the runtime's own */
-  int free_head;
+  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions' */
+  unsigned npool, nslots;
+  dv_pool pool;        /* the runtime's stream pool */
+  int spare_head;      /* unassigned partition slots, under pool_mu */
+
+  struct dv_layouts* layouts; /* layouts, the active one, their counters (src/partition) */
 
   pthread_mutex_t events_mu;
   struct devrt_event* events; /* every live event, so destroy frees what users left behind */
@@ -88,6 +103,21 @@ devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 /* Stream pool lifecycle (stream_pool.c). */
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
+/* A partition's pool: n spare slots, each with a stream on `green` created now. */
+devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority, struct devrt_partition* part,
+                            dv_pool* out);
+/* Destroys its streams and gives its slots back; none may be held (the caller checked). */
+void dv_pool_destroy(devrt_runtime* rt, dv_pool* p);
+devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode, devrt_stream* out, const char* call);
+/* Layouts (src/partition): the pool stream 0 and devrt_stream_acquire take from; INVALID_STATE
+ * from dv_layouts_check_none while layouts are alive. */
+devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out, const char* call);
+devrt_status dv_layouts_init(devrt_runtime* rt);
+devrt_status dv_layouts_check_none(devrt_runtime* rt, const char* call);
+void dv_layouts_fini(devrt_runtime* rt);
+/* The resource allocations on held stream `stream` go to: its partition's sub-budget, else the
+ * runtime's stack. */
+devrt_status dv_stream_resource(devrt_runtime* rt, devrt_stream stream, devrt_resource** out);
 void dv_events_fini(devrt_runtime* rt);
 void dv_stack_fini(devrt_runtime* rt);
 devrt_status dv_queue_init(devrt_runtime* rt);

@@ -1,20 +1,39 @@
-/* stream_pool.c: the runtime's bounded stream pool. Slots hold backend streams created on
- * first use and reused after release; each lease gets a fresh process-unique id, so a released,
- * foreign or made-up id is detected by one atomic compare (dv_stream_get). One slot past the
- * pool is the runtime's own (dv_internal_stream): block frees go there. */
+/* stream_pool.c: bounded stream pools over the runtime's slot table: the runtime's pool, and
+ * each partition's (src/partition). Slots hold backend streams that are reused after release;
+ * each lease gets a fresh process-unique id, so a released, foreign or made-up id is detected by
+ * one atomic compare (dv_stream_get). One slot past the pool is the runtime's own
+ * (dv_internal_stream): block frees go there; the slots after it are kept for partitions. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include "runtime.h"
 #include "../block/block.h"
 
+static void push_free(dv_pool* p, unsigned i, dv_slot* slots) {
+  slots[i].next_free = p->free_head;
+  p->free_head = (int)i;
+}
+
 devrt_status dv_stream_pool_init(devrt_runtime* rt) {
   rt->npool = rt->cfg.stream_pool_size;
-  rt->nslots = rt->npool + 1;
+  rt->nslots = rt->npool + 1 + rt->cfg.partition_streams;
   rt->slots = calloc(rt->nslots, sizeof *rt->slots);
-  if (!rt->slots) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "stream pool: out of host memory");
-  for (unsigned i = 0; i < rt->npool; i++) rt->slots[i].next_free = (int)i + 1 < (int)rt->npool ? (int)i + 1 : -1;
+  rt->pool.slots = malloc(rt->npool * sizeof *rt->pool.slots);
+  if (!rt->slots || !rt->pool.slots) {
+    free(rt->slots);
+    free(rt->pool.slots);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "stream pool: out of host memory");
+  }
+  rt->pool.n = rt->npool;
+  rt->pool.free_head = -1;
+  rt->pool.priority = rt->cfg.stream_priority;
+  for (unsigned i = rt->npool; i-- > 0;) {
+    rt->pool.slots[i] = i;
+    rt->slots[i].pool = &rt->pool;
+    push_free(&rt->pool, i, rt->slots);
+  }
   rt->slots[rt->npool].next_free = -1;
-  rt->free_head = 0;
+  rt->spare_head = -1;
+  for (unsigned i = rt->nslots; i-- > rt->npool + 1;) rt->slots[i].next_free = rt->spare_head, rt->spare_head = (int)i;
   pthread_mutex_init(&rt->pool_mu, NULL);
   pthread_cond_init(&rt->pool_cv, NULL);
   return DEVRT_OK;
@@ -24,8 +43,51 @@ void dv_stream_pool_fini(devrt_runtime* rt) {
   for (unsigned i = 0; i < rt->nslots; i++)
     if (rt->slots[i].s) rt->be->stream_destroy(rt->dev, rt->slots[i].s);
   free(rt->slots);
+  free(rt->pool.slots);
   pthread_cond_destroy(&rt->pool_cv);
   pthread_mutex_destroy(&rt->pool_mu);
+}
+
+devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority, struct devrt_partition* part,
+                            dv_pool* out) {
+  *out = (dv_pool){.n = 0, .free_head = -1, .priority = priority, .green = green, .part = part};
+  out->slots = malloc(n * sizeof *out->slots);
+  if (!out->slots) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "partition pool: out of host memory");
+  devrt_status s = DEVRT_OK;
+  pthread_mutex_lock(&rt->pool_mu);
+  for (unsigned k = 0; k < n && s == DEVRT_OK; k++) {
+    if (rt->spare_head < 0) {
+      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "partition pool: the %u stream slots for partitions are all taken "
+                  "(DEVRT_PARTITION_STREAMS / devrt_config.partition_streams)", rt->cfg.partition_streams);
+      break;
+    }
+    unsigned i = (unsigned)rt->spare_head;
+    dv_slot* sl = &rt->slots[i];
+    if ((s = rt->be->stream_create(rt->dev, green, priority, &sl->s)) != DEVRT_OK) break;
+    rt->spare_head = sl->next_free;
+    sl->pool = out;
+    out->slots[out->n++] = i;
+    out->created++;
+  }
+  for (unsigned k = out->n; k-- > 0;) push_free(out, out->slots[k], rt->slots);
+  pthread_mutex_unlock(&rt->pool_mu);
+  if (s != DEVRT_OK) dv_pool_destroy(rt, out);
+  return s;
+}
+
+void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
+  for (unsigned k = 0; k < p->n; k++) { /* nobody can reach these slots any more */
+    dv_slot* sl = &rt->slots[p->slots[k]];
+    rt->be->stream_destroy(rt->dev, sl->s); /* synchronizes first */
+    sl->s = NULL;
+    sl->pool = NULL;
+  }
+  pthread_mutex_lock(&rt->pool_mu);
+  for (unsigned k = 0; k < p->n; k++) rt->slots[p->slots[k]].next_free = rt->spare_head, rt->spare_head = (int)p->slots[k];
+  pthread_mutex_unlock(&rt->pool_mu);
+  free(p->slots);
+  p->slots = NULL;
+  p->n = 0;
 }
 
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call) {
@@ -36,42 +98,47 @@ devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* c
   return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: stream %#" PRIx64 " is not held (released, or never acquired)", call, id);
 }
 
-/* Leases slot i (pool_mu held): creates its stream on first use. */
-static devrt_status lease(devrt_runtime* rt, int i, devrt_stream* out) {
+/* Leases free slot i of pool p (pool_mu held): creates its stream on first use. */
+static devrt_status lease(devrt_runtime* rt, dv_pool* p, int i, devrt_stream* out) {
   dv_slot* sl = &rt->slots[i];
   if (!sl->s) {
-    DV_CHECK(rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &sl->s));
-    rt->created++;
+    DV_CHECK(rt->be->stream_create(rt->dev, p->green, p->priority, &sl->s));
+    p->created++;
   }
-  rt->free_head = sl->next_free;
+  p->free_head = sl->next_free;
   sl->lease++;
   sl->holders = 1;
-  rt->in_use++;
+  p->in_use++;
   devrt_stream id = DV_SID(rt->serial, i, sl->lease);
   atomic_store_explicit(&sl->id, id, memory_order_release);
   *out = id;
   return DEVRT_OK;
 }
 
+devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode, devrt_stream* out, const char* call) {
+  devrt_status s = DEVRT_OK;
+  pthread_mutex_lock(&rt->pool_mu);
+  while (p->free_head < 0 && mode == DEVRT_ACQUIRE_WAIT) pthread_cond_wait(&rt->pool_cv, &rt->pool_mu);
+  if (p->free_head >= 0) {
+    s = lease(rt, p, p->free_head, out);
+  } else if (mode == DEVRT_ACQUIRE_SHARE) {
+    dv_slot* sl = &rt->slots[p->slots[p->share_next]]; /* every slot is held: share round-robin */
+    p->share_next = (p->share_next + 1) % p->n;
+    sl->holders++;
+    *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
+  } else {
+    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: all %u streams of the %s are held (mode FAIL)", call, p->n,
+                p->part ? "partition's pool" : "pool");
+  }
+  pthread_mutex_unlock(&rt->pool_mu);
+  return s;
+}
+
 devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out) {
   DV_RT_CHECK(rt, "devrt_stream_acquire");
   DV_ARG_CHECK(out, "devrt_stream_acquire", "out is NULL");
   DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_stream_acquire", "unknown mode %d", (int)mode);
-  devrt_status s = DEVRT_OK;
-  pthread_mutex_lock(&rt->pool_mu);
-  while (rt->free_head < 0 && mode == DEVRT_ACQUIRE_WAIT) pthread_cond_wait(&rt->pool_cv, &rt->pool_mu);
-  if (rt->free_head >= 0) {
-    s = lease(rt, rt->free_head, out);
-  } else if (mode == DEVRT_ACQUIRE_SHARE) {
-    dv_slot* sl = &rt->slots[rt->share_next];  /* every slot is held: share round-robin */
-    rt->share_next = (rt->share_next + 1) % rt->npool;
-    sl->holders++;
-    *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
-  } else {
-    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_stream_acquire: all %u streams of the pool are held (mode FAIL)", rt->npool);
-  }
-  pthread_mutex_unlock(&rt->pool_mu);
-  return s;
+  return dv_default_acquire(rt, mode, out, "devrt_stream_acquire");
 }
 
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out) {
@@ -105,10 +172,9 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
     dv_slot* sl = &rt->slots[i];
     if (--sl->holders == 0) {
       atomic_store_explicit(&sl->id, 0, memory_order_release);
-      sl->next_free = rt->free_head;
-      rt->free_head = (int)i;
-      rt->in_use--;
-      pthread_cond_signal(&rt->pool_cv);
+      push_free(sl->pool, i, rt->slots);
+      sl->pool->in_use--;
+      pthread_cond_broadcast(&rt->pool_cv); /* waiters of several pools share the condition */
     }
   }
   pthread_mutex_unlock(&rt->pool_mu);

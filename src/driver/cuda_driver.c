@@ -61,6 +61,8 @@ static void load(void) {
   ok = true; DV_CU_POOL(DV_CU_RESOLVE) drv.has_pools = ok;
   ok = true; DV_CU_GREEN(DV_CU_RESOLVE) drv.has_green = ok;
   ok = true; DV_CU_GREEN_STREAM(DV_CU_RESOLVE) drv.has_green_streams = ok && drv.has_green;
+  ok = true; DV_CU_GRAPH(DV_CU_RESOLVE) drv.has_graphs = ok;
+  DV_CU_GREEN_QUERY(DV_CU_RESOLVE)
   drv.has_structured_split = resolve("cuDevSmResourceSplit") != NULL;
   drv.cuFuncGetParamInfo = (__typeof__(drv.cuFuncGetParamInfo))resolve("cuFuncGetParamInfo");
   CUresult r = drv.cuInit(0);

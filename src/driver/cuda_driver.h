@@ -33,6 +33,14 @@
 /* Green-context streams (CUDA 12.5+). */
 #define DV_CU_GREEN_STREAM(X) X(cuGreenCtxStreamCreate)
 
+/* Stream capture and graphs (CUDA 11.4+; tests and benchmarks use them on partition streams). */
+#define DV_CU_GRAPH(X)                                                                      \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
+
+/* Green-context facts for tests and diagnostics (CUDA 12.4+). */
+#define DV_CU_GREEN_QUERY(X) X(cuStreamGetGreenCtx)
+
 #define DV_CU_FIELD(name) __typeof__(&name) name;
 
 typedef struct dv_driver {
@@ -40,9 +48,11 @@ typedef struct dv_driver {
   DV_CU_POOL(DV_CU_FIELD)
   DV_CU_GREEN(DV_CU_FIELD)
   DV_CU_GREEN_STREAM(DV_CU_FIELD)
+  DV_CU_GRAPH(DV_CU_FIELD)
+  DV_CU_GREEN_QUERY(DV_CU_FIELD)
   __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
   int version;            /* cuDriverGetVersion, e.g. 13000 */
-  bool has_pools, has_green, has_green_streams;
+  bool has_pools, has_green, has_green_streams, has_graphs;
   bool has_structured_split; /* cuDevSmResourceSplit (CUDA 13.1) resolves */
 } dv_driver;
 

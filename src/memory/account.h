@@ -37,6 +37,13 @@ static inline void dv_account_move(_Atomic uint64_t* from, _Atomic uint64_t* to,
   atomic_fetch_sub_explicit(from, n, memory_order_relaxed);
 }
 
+/* Budgets (budget.c) for partitions' sub-budgets: whether r is one, its limit and live bytes,
+ * and a new limit (at most the parent's). */
+bool dv_budget_is(const devrt_resource* r);
+uint64_t dv_budget_limit(const devrt_resource* r);
+uint64_t dv_budget_live(const devrt_resource* r);
+devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call);
+
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
   q->live_bytes = atomic_load_explicit(&a->live, memory_order_relaxed);

@@ -8,7 +8,7 @@
 
 typedef struct budget {
   devrt_resource r;
-  uint64_t limit;
+  _Atomic uint64_t limit; /* devrt_partition_set_budget may change it */
   _Atomic uint64_t live;   /* bytes admitted here and not freed (rounded as the stack charges) */
   struct budget* parent;   /* sub-budgets: the budget they nest under (their upstream) */
   bool wait_for_pending;
@@ -34,7 +34,7 @@ static bool admit(budget* b, uint64_t n) {
   _Atomic uint64_t* w = word(b);
   uint64_t v = load(w);
   do {
-    if (v + n > b->limit || v + n < v) return false;
+    if (v + n > atomic_load_explicit(&b->limit, memory_order_relaxed) || v + n < v) return false;
   } while (!atomic_compare_exchange_weak_explicit(w, &v, v + n, memory_order_seq_cst, memory_order_relaxed));
   return true;
 }
@@ -45,7 +45,7 @@ static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
                  "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
                  ", cached %" PRIu64 ", limit %" PRIu64,
                  b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", load(&b->live),
-                 a ? load(&a->pending) : 0, a ? load(&a->cached) : 0, b->limit);
+                 a ? load(&a->pending) : 0, a ? load(&a->cached) : 0, load(&b->limit));
 }
 
 /* Admission with the pressure ladder: non-blocking reap and trim, then (if configured) a
@@ -103,8 +103,9 @@ static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out)
   DV_CHECK(devrt_resource_query(r->upstream, out));
   uint64_t live = load(&b->live), used = load(word(b));
   out->live_bytes = live;
-  out->limit_bytes = b->limit;
-  out->available_bytes = used < b->limit ? b->limit - used : 0;
+  uint64_t limit = load(&b->limit);
+  out->limit_bytes = limit;
+  out->available_bytes = used < limit ? limit - used : 0;
   out->fallbacks = load(&b->fallbacks);
   return DEVRT_OK;
 }
@@ -123,7 +124,7 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
     free(b);
     return s;
   }
-  b->limit = limit;
+  atomic_init(&b->limit, limit);
   b->parent = parent;
   if (o) {
     b->wait_for_pending = o->wait_for_pending;
@@ -146,7 +147,22 @@ devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_by
   DV_ARG_CHECK(out, "devrt_budget_create_child", "out is NULL");
   DV_ARG_CHECK(parent->vtable == &budget_vtable, "devrt_budget_create_child", "parent %s is not a budget", parent->name);
   budget* p = (budget*)parent;
-  DV_ARG_CHECK(limit_bytes && limit_bytes <= p->limit, "devrt_budget_create_child",
-               "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes, p->limit);
+  DV_ARG_CHECK(limit_bytes && limit_bytes <= load(&p->limit), "devrt_budget_create_child",
+               "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes, load(&p->limit));
   return create(parent, limit_bytes, p, NULL, out);
+}
+
+bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &budget_vtable; }
+
+uint64_t dv_budget_limit(const devrt_resource* r) { return load(&((budget*)r)->limit); }
+
+uint64_t dv_budget_live(const devrt_resource* r) { return load(&((budget*)r)->live); }
+
+devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call) {
+  budget* b = (budget*)r;
+  uint64_t cap = b->parent ? load(&b->parent->limit) : UINT64_MAX;
+  if (!limit || limit > cap)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call, limit, cap);
+  atomic_store(&b->limit, limit);
+  return DEVRT_OK;
 }

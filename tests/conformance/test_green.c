@@ -46,9 +46,16 @@ int main(void) {
   /* A green context of one group, a stream on it, and where its kernel ran. */
   unsigned want = d.sm_count >= 32 ? 16 : d.min_partition_sms;
   dv_green* g;
-  unsigned granted = 0;
-  REQUIRE_OK(rt->be->green_create(rt->dev, want, 0, &g, &granted));
-  CHECK(granted >= want && granted < (unsigned)d.sm_count);
+  dv_res dev, group, rem, got;
+  unsigned one = 1;
+  REQUIRE_OK(rt->be->sm_resource(rt->dev, &dev));
+  REQUIRE_OK(rt->be->sm_split(rt->dev, &dev, want, 0, &group, &one, &rem));
+  CHECK(one == 1 && group.sms + rem.sms == dev.sms && !group.splittable);
+  CHECK_STATUS(rt->be->sm_split(rt->dev, &rem, want, 0, &group, &one, &rem), DEVRT_ERR_INVALID_ARGUMENT); /* not before a green context */
+  REQUIRE_OK(rt->be->green_create(rt->dev, &group, 1, &g));
+  REQUIRE_OK(rt->be->green_resource(g, &got));
+  unsigned granted = got.sms;
+  CHECK(granted >= want && granted < (unsigned)d.sm_count && got.splittable);
   dv_stream* gs;
   REQUIRE_OK(rt->be->stream_create(rt->dev, g, 0, &gs));
 #ifdef DEVRT_HAVE_CUDA
