@@ -52,7 +52,8 @@ typedef struct devrt_layout_spec {
   unsigned count;
   devrt_remainder remainder;
   unsigned flags;                  /* devrt_layout_flags */
-  unsigned streams;                /* stream pool size of each partition (0: 4) */
+  unsigned streams;                /* stream pool size of each partition (0: 4, or a fair share
+                                      of DEVRT_PARTITION_STREAMS when 4 each do not fit) */
   const int* priorities;           /* stream priority of each requested partition, NULL: the
                                       runtime's; a remainder partition takes the runtime's */
 } devrt_layout_spec;

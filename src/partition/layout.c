@@ -294,11 +294,13 @@ static devrt_status build_greens(devrt_runtime* rt, const devrt_layout_spec* s, 
 static devrt_status build_pools(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout* l) {
   devrt_resource* top = NULL;
   DV_CHECK(devrt_runtime_resource(rt, &top));
+  unsigned fair = rt->cfg.partition_streams / l->plan.partitions; /* the default: a fair share, at most 4 */
+  unsigned streams = s->streams ? s->streams : fair < DEFAULT_STREAMS ? (fair ? fair : 1) : DEFAULT_STREAMS;
   for (unsigned i = 0; i < l->plan.partitions; i++) {
     devrt_partition* p = &l->parts[i];
     if (!p->green) p->sms = l->plan.sm_counts[i];
     int prio = s->priorities && i < (s->count ? s->count : s->groups) && !p->remainder ? s->priorities[i] : rt->cfg.stream_priority;
-    DV_CHECK(dv_pool_create(rt, s->streams ? s->streams : DEFAULT_STREAMS, p->green, prio, p, &p->pool));
+    DV_CHECK(dv_pool_create(rt, streams, p->green, prio, p, &p->pool));
     if (dv_budget_is(top)) {
       DV_CHECK(devrt_budget_create_child(top, dv_budget_limit(top), &p->budget));
     } else { /* a caller's stack without a budget on top: the sub-budget caps only this partition */

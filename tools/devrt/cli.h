@@ -13,4 +13,5 @@ int bench_device(const cli_opts* o);
 int bench_alloc(const cli_opts* o);
 int bench_launch(const cli_opts* o);
 int bench_sem(const cli_opts* o);
+int bench_partition(const cli_opts* o);
 #endif

@@ -22,6 +22,12 @@ static int usage(FILE* f) {
           "                                  hops, device->host wakes per completion mode (latency, CPU),\n"
           "                                  host signal -> parked work, 32768-step chains, idle CPU;\n"
           "                                  fails if any dependency went through the host (host_hops)\n"
+          "  bench partition [--json] [--ordinal N] [--rounds R]\n"
+          "                                  a latency-critical stream of small kernels beside a saturating\n"
+          "                                  background kernel: in two partitions of one layout, on plain\n"
+          "                                  streams (critical at high priority), and alone: critical p50/p99\n"
+          "                                  and background throughput; layout create/destroy vs the driver\n"
+          "                                  calls, partition stream acquire vs the runtime pool\n"
           "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
           "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, DEVRT_CACHE,\n"
           "     DEVRT_LOG, DEVRT_LOG_FORMAT, DEVRT_WAIT_SPIN_NS, DEVRT_COMPLETION\n");
@@ -50,6 +56,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[2], "alloc")) return bench_alloc(&o);
     if (!strcmp(argv[2], "launch")) return bench_launch(&o);
     if (!strcmp(argv[2], "sem")) return bench_sem(&o);
+    if (!strcmp(argv[2], "partition")) return bench_partition(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }
