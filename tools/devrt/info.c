@@ -1,11 +1,28 @@
-/* info.c: `devrt info`: which backend was chosen and why, the device's facts, and the groups a
- * few SM split sizes would give (the driver's dry run), as text or JSON. */
+/* info.c: `devrt info`: which backend was chosen and why, the device's facts, the groups a few
+ * SM split sizes would give and the partitions a few layouts would give (the driver's dry
+ * runs, devrt_layout_plan_get), as text or JSON. */
 #include <stdio.h>
 #include "cli.h"
 #include "devrt/devrt.h"
 
 static const unsigned split_sizes[] = {8, 16, 32, 64};
 #define NSPLIT (sizeof split_sizes / sizeof split_sizes[0])
+
+static const unsigned uneven_16[] = {16}, uneven_16_40[] = {16, 40};
+static const struct { const char* what; devrt_layout_spec spec; } layouts[] = {
+    {"2 x >=16 SMs + remainder", {.groups = 2, .min_sms = 16}},
+    {"16 SMs + remainder", {.sm_counts = uneven_16, .count = 1}},
+    {"16, 40 SMs, remainder merged", {.sm_counts = uneven_16_40, .count = 2, .remainder = DEVRT_REMAINDER_MERGE}},
+    {"as many x >=8 SMs as fit", {.min_sms = 8}},
+};
+#define NLAYOUT (sizeof layouts / sizeof layouts[0])
+
+/* One plan: "16 16 100" (text) or "[16,16,100]" (JSON). */
+static void print_plan(const devrt_layout_plan* p, int json) {
+  printf(json ? "[" : "");
+  for (unsigned i = 0; i < p->partitions; i++) printf("%s%u", i ? (json ? "," : " ") : "", p->sm_counts[i]);
+  printf(json ? "]" : "");
+}
 
 int cli_info(const cli_opts* o) {
   devrt_runtime* rt;
@@ -26,6 +43,9 @@ int cli_info(const cli_opts* o) {
       ss[i][f] = d.green_contexts && split_sizes[i] <= (unsigned)d.sm_count
                      ? devrt_device_split_query(rt, split_sizes[i], f ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0, &sp[i][f])
                      : DEVRT_ERR_UNSUPPORTED;
+  devrt_layout_plan lp[NLAYOUT];
+  devrt_status ls[NLAYOUT];
+  for (unsigned i = 0; i < NLAYOUT; i++) ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
   if (o->json) {
     printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":\"%s\",\n", devrt_version(),
            devrt_built_with_cuda() ? "true" : "false", ri.backend_name, ri.backend_reason);
@@ -46,7 +66,15 @@ int cli_info(const cli_opts* o) {
                  sp[i][f].remainder_sms);
           first = 0;
         }
-    printf("]}}\n");
+    printf("]},\n \"layouts\":[");
+    for (unsigned i = 0; i < NLAYOUT; i++) {
+      printf("%s{\"spec\":\"%s\",\"status\":\"%s\",\"isolated\":%s,\"sm_counts\":", i ? "," : "", layouts[i].what,
+             devrt_status_name(ls[i]), ls[i] == DEVRT_OK && lp[i].isolated ? "true" : "false");
+      if (ls[i] == DEVRT_OK) print_plan(&lp[i], 1);
+      else printf("[]");
+      printf(",\"idle_sms\":%u}", ls[i] == DEVRT_OK ? lp[i].idle_sms : 0);
+    }
+    printf("]}\n");
     return 0;
   }
   printf("devrt %s (built %s the cuda backend)\n", devrt_version(), devrt_built_with_cuda() ? "with" : "without");
@@ -69,5 +97,15 @@ int cli_info(const cli_opts* o) {
         printf(" (ignoring co-scheduling: %u of %u, rem %u)", sp[i][1].groups, sp[i][1].sms_per_group, sp[i][1].remainder_sms);
       printf("\n");
     }
+  for (unsigned i = 0; i < NLAYOUT; i++) {
+    printf("  layout %-30s -> ", layouts[i].what);
+    if (ls[i] != DEVRT_OK) printf("%s", devrt_status_name(ls[i]));
+    else {
+      print_plan(&lp[i], 0);
+      if (lp[i].idle_sms) printf(", %u idle", lp[i].idle_sms);
+      printf(" (catch-all %u)", lp[i].catch_all);
+    }
+    printf("\n");
+  }
   return 0;
 }
