@@ -106,7 +106,8 @@ void dv_stream_pool_fini(devrt_runtime* rt);
 /* A partition's pool: n spare slots, each with a stream on `green` created now. */
 devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority, struct devrt_partition* part,
                             dv_pool* out);
-/* Destroys its streams and gives its slots back; none may be held (the caller checked). */
+/* Destroys its streams (each synchronized, then forgotten by the memory stack) and gives its
+ * slots back; none may be held (the caller checked). */
 void dv_pool_destroy(devrt_runtime* rt, dv_pool* p);
 devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode, devrt_stream* out, const char* call);
 /* Layouts (src/partition): the pool stream 0 and devrt_stream_acquire take from; INVALID_STATE
@@ -123,6 +124,8 @@ void dv_stack_fini(devrt_runtime* rt);
 devrt_status dv_queue_init(devrt_runtime* rt);
 devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
+/* The stack's layers forget slot `slot`, whose stream was synchronized and is going away. */
+void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot);
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top);
 
 /* How many process-wide runtimes were created (tests check the race on first use). */

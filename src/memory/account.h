@@ -44,6 +44,12 @@ uint64_t dv_budget_limit(const devrt_resource* r);
 uint64_t dv_budget_live(const devrt_resource* r);
 devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call);
 
+/* A stream slot's stream is going away, synchronized (partition teardown): the layers that keep
+ * per-slot stream state retire it (async: its frees are complete; caching: its blocks may move
+ * to any stream) and forget the stream. No-ops on other layers. */
+void dv_async_forget_slot(devrt_resource* r, unsigned slot);
+void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
+
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
   q->live_bytes = atomic_load_explicit(&a->live, memory_order_relaxed);

@@ -420,3 +420,22 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   *out = &a->base;
   return DEVRT_OK;
 }
+
+void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
+  if (r->vtable != &async_vtable) return;
+  async_res* a = (async_res*)r;
+  aslot* sl = &a->slots[slot];
+  dv_mem_account* acc = r->account;
+  uint64_t n = 0;
+  pthread_mutex_lock(&sl->mu);
+  for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--) { /* every batch has completed */
+    n += sl->q[sl->head].bytes;
+    event_give(a, sl->q[sl->head].ev);
+  }
+  n += sl->open, sl->open = 0; /* frees enqueued before the synchronize: complete too */
+  sl->s = NULL;
+  pthread_mutex_unlock(&sl->mu);
+  atomic_fetch_sub_explicit(&acc->pending, n, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&acc->held, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
+}

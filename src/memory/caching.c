@@ -367,7 +367,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       }
     fence* f = NULL;
     devrt_status st = DEVRT_OK;
-    if (chain && i != DV_SID_SLOT(tid) && (st = close_epoch(c, t, &f)) == DEVRT_OK)
+    if (chain && i != DV_SID_SLOT(tid) && t->bs && (st = close_epoch(c, t, &f)) == DEVRT_OK)
       st = rt->be->stream_wait(tbs, f->ev);
     if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
       while (chain) {
@@ -492,4 +492,14 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
   for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1;
   *out = &c->base;
   return DEVRT_OK;
+}
+
+void dv_caching_forget_slot(devrt_resource* r, unsigned i) {
+  if (r->vtable != &caching_vtable) return;
+  slot* t = &((cache*)r)->slots[i];
+  lock(&t->mu);
+  poll_fences((cache*)r, t);
+  t->done = t->open++; /* every block freed on the slot's stream so far is free to move */
+  t->bs = NULL;        /* until a free on the slot's next stream */
+  unlock(&t->mu);
 }

@@ -75,3 +75,10 @@ void dv_stack_fini(devrt_runtime* rt) {
   devrt_resource* r = atomic_exchange(&rt->stack, NULL);
   if (r) devrt_resource_release(r);
 }
+
+void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot) {
+  for (devrt_resource* r = atomic_load(&rt->stack); r; r = r->upstream) {
+    dv_async_forget_slot(r, slot);
+    dv_caching_forget_slot(r, slot);
+  }
+}

@@ -28,7 +28,7 @@ struct devrt_partition {
 
 struct devrt_layout {
   devrt_layout* next;   /* the runtime's list, under dv_layouts.mu */
-  unsigned busy;        /* acquires in flight on its pools, under dv_layouts.mu */
+  _Atomic unsigned busy; /* acquires in flight on its pools (raised under dv_layouts.mu) */
   unsigned flags;
   devrt_layout_plan plan;
   double create_ms;
@@ -148,18 +148,27 @@ static devrt_status check_spec(devrt_runtime* rt, const devrt_layout_spec* s, co
   return DEVRT_OK;
 }
 
-/* A plan of plain streams: the requested partitions, each on the whole device. */
+/* Turns a plan into plain streams on the primary context: the same partitions, each on every SM. */
+static void plainify(devrt_layout_plan* p, const char* why) {
+  for (unsigned i = 0; i < p->partitions; i++) p->sm_counts[i] = p->device_sms;
+  p->isolated = false;
+  p->idle_sms = 0;
+  snprintf(p->fallback_reason, sizeof p->fallback_reason, "%s", why);
+}
+
+/* Plain streams where no split can be asked for: the requested partitions, plus one for the
+ * remainder under DEVRT_REMAINDER_PARTITION (so the catch-all is where it would be). */
 static devrt_status plain_plan(devrt_runtime* rt, const devrt_layout_spec* s, const char* why, devrt_layout_plan* p) {
   unsigned sms = (unsigned)rt->info.sm_count, min = s->min_sms ? s->min_sms : 1;
   unsigned n = s->count ? s->count : s->groups ? s->groups : sms / min;
   if (n > DEVRT_MAX_PARTITIONS - 1) n = DEVRT_MAX_PARTITIONS - 1;
   if (!n) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "layout: groups of %u SMs, but the device has %u", min, sms);
   memset(p, 0, sizeof *p);
-  p->partitions = n;
+  p->remainder_partition = s->remainder == DEVRT_REMAINDER_PARTITION;
+  p->partitions = n + p->remainder_partition;
   p->device_sms = sms;
-  p->catch_all = n - 1;
-  for (unsigned i = 0; i < n; i++) p->sm_counts[i] = sms;
-  snprintf(p->fallback_reason, sizeof p->fallback_reason, "%s", why);
+  p->catch_all = p->partitions - 1;
+  plainify(p, why);
   return DEVRT_OK;
 }
 
@@ -239,10 +248,10 @@ static bool want_plain(const devrt_layout_spec* s) { return s->flags & DEVRT_LAY
 static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout_plan* p, bool* fallback, const char* call) {
   *fallback = false;
   DV_CHECK(check_spec(rt, s, call));
-  if (want_plain(s)) return plain_plan(rt, s, "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)", p);
   if (!rt->info.green_contexts) {
     char why[160];
     snprintf(why, sizeof why, "no green contexts on device %d (%.80s, driver %d)", rt->cfg.ordinal, rt->info.name, rt->info.driver_version);
+    if (want_plain(s)) return plain_plan(rt, s, "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)", p);
     if (!(s->flags & DEVRT_LAYOUT_ALLOW_FALLBACK))
       return dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: %s; pass DEVRT_LAYOUT_ALLOW_FALLBACK for plain streams", call, why);
     *fallback = true;
@@ -251,7 +260,8 @@ static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_la
   split x = {0};
   devrt_status st = do_split(rt, s, false, &x, call);
   fill_plan(s, &x, p);
-  return st;
+  if (st == DEVRT_OK && want_plain(s)) plainify(p, "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)");
+  return st; /* plain streams requested: the partitions the split would give, on every SM */
 }
 
 devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout_plan* out) {
@@ -279,7 +289,6 @@ static devrt_status build_greens(devrt_runtime* rt, const devrt_layout_spec* s, 
     devrt_partition* p = &l->parts[i];
     dv_res res[2];
     unsigned n = 1;
-    p->remainder = l->plan.remainder_partition && i == l->plan.partitions - 1;
     res[0] = p->remainder ? x->rem : x->groups[i];
     if (!p->remainder && i + 1 == x->n && s->remainder == DEVRT_REMAINDER_MERGE && x->rem.sms) res[n++] = x->rem;
     DV_CHECK(rt->be->green_create(rt->dev, res, n, &p->green));
@@ -323,6 +332,7 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
   l->flags = spec->flags;
   l->plan = pl;
   for (unsigned i = 0; i < DEVRT_MAX_PARTITIONS; i++) l->parts[i].layout = l, l->parts[i].index = i;
+  if (pl.remainder_partition) l->parts[pl.partitions - 1].remainder = true;
   devrt_status st = DEVRT_OK;
   if (pl.isolated) {
     split* x = calloc(1, sizeof *x);
@@ -335,7 +345,8 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
       snprintf(why, sizeof why, "green contexts refused: %.130s", devrt_last_error());
       for (unsigned i = 0; i < l->plan.partitions; i++)
         if (l->parts[i].green) rt->be->green_destroy(rt->dev, l->parts[i].green), l->parts[i].green = NULL;
-      st = plain_plan(rt, spec, why, &l->plan);
+      plainify(&l->plan, why);
+      st = DEVRT_OK;
       fallback = true;
     }
   }
@@ -360,9 +371,9 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
 devrt_status devrt_layout_destroy(devrt_runtime* rt, devrt_layout* layout) {
   LOCKED_LAYOUT(rt, layout, "devrt_layout_destroy");
   devrt_status st = DEVRT_OK;
-  if (atomic_load(&L_->active) == layout || layout->busy)
+  if (atomic_load(&L_->active) == layout || atomic_load(&layout->busy))
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: layout %p is %s", (void*)layout,
-                 layout->busy ? "handing out a stream on another thread" : "active (devrt_layout_activate(rt, NULL) first)");
+                 atomic_load(&layout->busy) ? "handing out a stream on another thread" : "active (devrt_layout_activate(rt, NULL) first)");
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned i = 0; st == DEVRT_OK && i < layout->plan.partitions; i++) {
     devrt_partition* p = &layout->parts[i];
@@ -438,13 +449,10 @@ devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p, dev
  * destroyed under the acquire (which may wait) and without holding the layouts' lock. */
 static devrt_status acquire_busy(devrt_runtime* rt, devrt_layout* l, dv_pool* pool, devrt_acquire_mode mode, devrt_stream* out,
                                  const char* call) {
-  dv_layouts* L = rt->layouts;
-  l->busy++;
-  pthread_mutex_unlock(&L->mu);
+  atomic_fetch_add(&l->busy, 1);
+  pthread_mutex_unlock(&rt->layouts->mu);
   devrt_status st = dv_pool_acquire(rt, pool, mode, out, call);
-  pthread_mutex_lock(&L->mu);
-  l->busy--;
-  pthread_mutex_unlock(&L->mu);
+  atomic_fetch_sub(&l->busy, 1);
   return st;
 }
 
