@@ -40,10 +40,11 @@ typedef struct params { /* per backend: the GPU's figures, or small ones that ex
   uint64_t min_window_ns;         /* the background runs at least this long beside the critical stream */
   uint64_t alone_window_ns;       /* background-alone timings run at least this long */
   int create_rounds;
+  uint64_t bw_bytes;              /* each copy of the bandwidth section */
 } params;
 
-static const params cuda_params = {16, 20000, 200000, 1000, 300, 10, 100000, 200000000ull, 100000000ull, 9};
-static const params host_params = {2, 20000, 50000, 40, 20, 3, 20000, 20000000ull, 10000000ull, 5};
+static const params cuda_params = {16, 20000, 200000, 1000, 300, 10, 100000, 200000000ull, 100000000ull, 9, 256u << 20};
+static const params host_params = {2, 20000, 50000, 40, 20, 3, 20000, 20000000ull, 10000000ull, 5, 1u << 20};
 
 typedef struct lat { /* one way's critical latency */
   bool ran, bg;
@@ -65,12 +66,12 @@ typedef struct pctx {
   params p;
   devrt_device_info di;
   devrt_module* mod;
-  devrt_kernel* k;
+  devrt_kernel *k, *copy;
   devrt_event* ev;
   /* layouts: A = partition (isolated), B = plain streams with priorities */
   devrt_layout_spec spec_a, spec_b;
-  unsigned counts[1], counts_b[2];
-  int prio_b[2];
+  unsigned counts[1];
+  int prio_b[1];
   devrt_layout_plan plan_a, plan_b;
   bool have_a;
   char skip_a[300];
@@ -253,6 +254,61 @@ static int with_bg(pctx* c, devrt_stream crit, devrt_stream bg, double kernel_ns
   }
 }
 
+/* ---- memory bandwidth: shared, not partitioned ---- */
+typedef struct bw { bool ran; double alone_us, shared_us; } bw;
+#define BW_SAMPLES 21
+
+static devrt_status copy_on(pctx* c, devrt_stream s, unsigned sms, void** args) {
+  devrt_launch_desc d = {.stream = s, .kernel = c->copy, .grid = {sms * 8, 1, 1}, .block = {256, 1, 1}, .args = args};
+  return devrt_launch(c->rt, &d);
+}
+
+/* Median time of a bw_bytes copy on the critical partition: alone, then while the background
+ * partition streams copies of its own (a chain that outlasts the samples). */
+static int bandwidth(pctx* c, bw* out) {
+  uint64_t n = c->p.bw_bytes / 4;
+  void *src = NULL, *dst = NULL, *bsrc = NULL, *bdst = NULL;
+  void *args[] = {&dst, &src, &n}, *bargs[] = {&bdst, &bsrc, &n};
+  devrt_stream cs = c->sa_crit, bs = c->sa_bg;
+  int rc = -1;
+  double alone[BW_SAMPLES], shared[BW_SAMPLES];
+  devrt_status st = devrt_pool_alloc(c->rt, c->p.bw_bytes, cs, &src);
+  if (!st) st = devrt_pool_alloc(c->rt, c->p.bw_bytes, cs, &dst);
+  if (!st) st = devrt_pool_alloc(c->rt, c->p.bw_bytes, bs, &bsrc);
+  if (!st) st = devrt_pool_alloc(c->rt, c->p.bw_bytes, bs, &bdst);
+  if (!st) st = devrt_memset_async(c->rt, src, 1, c->p.bw_bytes, cs);
+  if (!st) st = devrt_memset_async(c->rt, bsrc, 2, c->p.bw_bytes, bs);
+  if (!st) st = devrt_stream_synchronize(c->rt, bs);
+  for (int i = -1; !st && i < BW_SAMPLES; i++) { /* i = -1: warm-up */
+    uint64_t t0 = bench_now_ns();
+    if (!(st = copy_on(c, cs, c->ia_crit.sm_count, args)) && !(st = devrt_stream_synchronize(c->rt, cs)) && i >= 0)
+      alone[i] = (double)(bench_now_ns() - t0) / 1e3;
+  }
+  for (int i = 0; !st && i < 4 * BW_SAMPLES; i++) st = copy_on(c, bs, c->ia_bg.sm_count, bargs);
+  for (int i = -1; !st && i < BW_SAMPLES; i++) {
+    uint64_t t0 = bench_now_ns();
+    if (!(st = copy_on(c, cs, c->ia_crit.sm_count, args)) && !(st = devrt_stream_synchronize(c->rt, cs)) && i >= 0)
+      shared[i] = (double)(bench_now_ns() - t0) / 1e3;
+  }
+  bool done = false;
+  if (!st) st = devrt_event_record(c->rt, c->ev, bs);
+  if (!st) st = devrt_event_query(c->rt, c->ev, &done); /* the background outlasted the samples? */
+  if (!st) st = devrt_stream_synchronize(c->rt, bs);
+  if (!st && done) fprintf(stderr, "bench partition: bandwidth: the background copies ended before the samples\n");
+  if (!st && !done) {
+    qsort(alone, BW_SAMPLES, sizeof *alone, cmp_double);
+    qsort(shared, BW_SAMPLES, sizeof *shared, cmp_double);
+    *out = (bw){true, alone[BW_SAMPLES / 2], shared[BW_SAMPLES / 2]};
+    rc = 0;
+  } else if (st) rc = bench_fail(BENCH_SUITE, "bandwidth", st);
+  void* bufs[] = {src, dst, bsrc, bdst};
+  for (int i = 0; i < 4; i++)
+    if (bufs[i]) devrt_pool_free(c->rt, bufs[i], i < 2 ? cs : bs);
+  devrt_stream_synchronize(c->rt, cs);
+  devrt_stream_synchronize(c->rt, bs);
+  return rc;
+}
+
 /* ---- layout create / destroy: devrt ---- */
 static int d_create(void* p, int n) {
   pctx* c = p;
@@ -430,12 +486,12 @@ static int setup(pctx* c, const cli_opts* o) {
   }
   c->counts[0] = crit;
   c->spec_a = (devrt_layout_spec){.sm_counts = c->counts, .count = 1, .remainder = DEVRT_REMAINDER_PARTITION};
-  /* The plain layout: the same two partitions, requested both (a plain layout has no remainder
-   * partition: every partition is the whole device), critical at the greatest priority. */
-  c->counts_b[0] = crit, c->counts_b[1] = sms - crit;
-  c->prio_b[0] = c->di.priority_greatest, c->prio_b[1] = c->di.priority_least;
-  c->spec_b = (devrt_layout_spec){.sm_counts = c->counts_b, .count = 2, .remainder = DEVRT_REMAINDER_MERGE,
-                                  .flags = DEVRT_LAYOUT_PLAIN_STREAMS, .priorities = c->prio_b};
+  /* The plain layout: the same spec on plain streams of the primary context (the same two
+   * partitions, each on every SM), the critical one at the greatest priority; the remainder
+   * partition takes the runtime's priority, the least by default. */
+  c->prio_b[0] = c->di.priority_greatest;
+  c->spec_b = c->spec_a;
+  c->spec_b.flags = DEVRT_LAYOUT_PLAIN_STREAMS, c->spec_b.priorities = c->prio_b;
 
   devrt_status s = devrt_layout_plan_get(c->rt, &c->spec_a, &c->plan_a);
   if (s == DEVRT_OK && c->plan_a.partitions == 2 && c->plan_a.isolated) c->have_a = true;
@@ -480,6 +536,7 @@ static int setup(pctx* c, const cli_opts* o) {
   c->crit_args[0] = &c->crit_ns, c->bg_args[0] = &c->bg_ns;
   TRY("module_load", devrt_module_load(c->rt, NULL, &c->mod));
   TRY("kernel_get", devrt_kernel_get(c->mod, "devrt_spin", &c->k));
+  TRY("kernel_get", devrt_kernel_get(c->mod, "devrt_copy_u32", &c->copy));
   TRY("event_create", devrt_event_create(c->rt, 0, &c->ev));
   c->samp = malloc(sizeof(double) * MAX_SAMPLES);
   if (!c->samp) {
@@ -544,6 +601,7 @@ static stat3 stat3_of(const double* v, int n) {
 }
 
 typedef struct results {
+  bw bw;
   lat l_part, l_plain, l_alone_part, l_alone_plain;
   tput t_full, t_palone, t_part, t_plain;
   bool acq, create;
@@ -679,6 +737,9 @@ static void report(bench_suite* b, pctx* c, const results* r) {
                                  "\"partition\":\"%s\"}",
                 r->acq_d.median, r->acq_r.median, r->acq_d.median / r->acq_r.median,
                 c->have_a ? "partition layout, partition 0" : "plain layout, partition 0");
+    if (r->bw.ran)
+      bench_cat(buf, sizeof buf, ",\"bandwidth\":{\"bytes\":%llu,\"alone_us\":%.1f,\"shared_us\":%.1f,\"slowdown\":%.3f}",
+                (unsigned long long)c->p.bw_bytes, r->bw.alone_us, r->bw.shared_us, r->bw.shared_us / r->bw.alone_us);
     bench_cat(buf, sizeof buf,
               ",\"goals\":{\"critical_p99_ratio_max\":%.2f,\"plain_p99_ratio_min\":%.1f,"
               "\"background_share_tolerance\":%.2f,\"critical_p99\":%s,\"plain_worse\":%s,\"background\":%s}",
@@ -739,6 +800,13 @@ static void report(bench_suite* b, pctx* c, const results* r) {
   text_tput("alone, its partition", &r->t_palone, full);
   text_tput("beside critical, partition layout", &r->t_part, full);
   text_tput("beside critical, plain layout (low priority)", &r->t_plain, full);
+  if (r->bw.ran) {
+    double gb = (double)c->p.bw_bytes / 1e3; /* bytes read + written per us -> GB/s: 2 * bytes / us / 1e3 */
+    printf("memory bandwidth is not partitioned: a %llu MiB copy on the critical partition (%u SMs): alone %.1f us\n"
+           "  (%.0f GB/s), while the background partition copies too %.1f us (%.0f GB/s): %.2fx slower\n",
+           (unsigned long long)(c->p.bw_bytes >> 20), c->ia_crit.sm_count, r->bw.alone_us, 2 * gb / r->bw.alone_us,
+           r->bw.shared_us, 2 * gb / r->bw.shared_us, r->bw.shared_us / r->bw.alone_us);
+  }
   printf("goals (reported, not asserted):\n");
   if (g1)
     printf("  %s: critical p99 in a partition %.3fx its alone p99 (goal <= %.2fx)\n", p1 ? "pass" : "miss", rp,
@@ -778,6 +846,7 @@ int bench_partition(const cli_opts* o) {
   if (!rc) rc = crit_alone(&c, c.sb_crit, &r.l_alone_plain);
   if (!rc && c.have_a) rc = with_bg(&c, c.sa_crit, c.sa_bg, c.bg_kernel_ns_a, &r.l_alone_part, &r.l_part, &r.t_part);
   if (!rc) rc = with_bg(&c, c.sb_crit, c.sb_bg, c.bg_kernel_ns_b, &r.l_alone_plain, &r.l_plain, &r.t_plain);
+  if (!rc && c.have_a) rc = bandwidth(&c, &r.bw);
   /* layout creation and destruction, with the measured layouts gone (their stream slots free) */
   if (destroy_layouts(&c)) rc = -1;
   bool can_raw = c.have_a;

@@ -219,10 +219,12 @@ static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, bool
     x->rem.sms = x->dev.sms - total;
     return DEVRT_OK;
   }
+  /* A green context's resource can round finer than the device's (a 12-SM request gave 12 on
+   * the remainder of an H100, 16 on the whole device): ask each step for the size the plan gave. */
   dv_res from = x->dev;
   for (unsigned i = 0; i < s->count; i++) {
-    unsigned one = 1;
-    DV_CHECK(be->sm_split(rt->dev, &from, s->sm_counts[i], f, &x->groups[i], &one, &x->rem));
+    unsigned one = 1, want = x->groups[i].sms;
+    DV_CHECK(be->sm_split(rt->dev, &from, want, f, &x->groups[i], &one, &x->rem));
     if (i + 1 == s->count) break;
     DV_CHECK(be->green_create(rt->dev, &x->rem, 1, &x->temps[x->ntemps]));
     DV_CHECK(be->green_resource(x->temps[x->ntemps++], &from));

@@ -563,8 +563,18 @@ static void test_two_layouts(void) {
     CHECK(D->cuStreamBeginCapture((CUstream)pn, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
     CHECK_OK(rt->be->launch((dv_stream*)pn, k, grid, block, 0, args));
     CHECK(D->cuStreamEndCapture((CUstream)pn, &graph) == CUDA_SUCCESS && graph);
-    CHECK(graph && D->cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
-    CHECK(exec && D->cuGraphLaunch(exec, (CUstream)sn) == CUDA_SUCCESS);
+    /* Instantiation needs a current context; devrt never makes one current, so push the primary. */
+    CUdevice dev;
+    CUcontext primary = NULL, popped = NULL;
+    REQUIRE_OK(D->cuDeviceGet(&dev, dinfo.ordinal) == CUDA_SUCCESS && D->cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS
+                   ? DEVRT_OK : DEVRT_ERR_BACKEND_ERROR);
+    D->cuCtxPushCurrent(primary);
+    CUresult ri = graph ? D->cuGraphInstantiateWithFlags(&exec, graph, 0) : CUDA_ERROR_INVALID_VALUE;
+    CUresult rl = exec ? D->cuGraphLaunch(exec, (CUstream)sn) : CUDA_ERROR_INVALID_VALUE;
+    D->cuCtxPopCurrent(&popped);
+    D->cuDevicePrimaryCtxRelease(dev);
+    if (ri != CUDA_SUCCESS || rl != CUDA_SUCCESS) printf("  graph: instantiate %d, launch %d\n", (int)ri, (int)rl);
+    CHECK(ri == CUDA_SUCCESS && rl == CUDA_SUCCESS && popped == primary);
     CHECK_OK(devrt_stream_synchronize(rt, s));
     uint32_t* ids = calloc(BLOCKS, sizeof *ids);
     if (!ids) abort();
