@@ -3,7 +3,7 @@
  * only on its own SMs (devrt_record_smid), disjoint from its siblings', while separately created
  * layouts overlap and are never reported disjoint; graphs captured on a partition stream keep
  * its SMs (cuda); sub-budgets, fallback and plain streams, activation, teardown refusals, stale,
- * foreign and NULL handles, cross-partition use tracking, concurrent creation, and creation
+ * foreign and NULL handles, cross-partition use tracking and semaphores, concurrent creation, and creation
  * leaving the caller's current context alone (cuda). */
 #include <pthread.h>
 #include "launch_util.h"
@@ -934,6 +934,27 @@ static void test_cross_partition(void) {
   printf("cross-partition: RAW %llu wrong, WAR %llu wrong, final %llu wrong\n", (unsigned long long)raw,
          (unsigned long long)war, (unsigned long long)last);
   CHECK(raw == 0 && war == 0 && last == 0);
+  /* A semaphore across partitions: the consumer on B is queued first, waiting for the value the
+   * slow writer on A signals. Both launches are untracked: only the semaphore orders them. */
+  devrt_semaphore* sem = NULL;
+  REQUIRE_OK(devrt_semaphore_create(rt, 0, &sem));
+  void *px = bptr(rt, x), *pz = bptr(rt, z);
+  uint32_t v = 0xbeef;
+  uint64_t n = N, delay = DELAY;
+  void *fargs[] = {&px, &v, &n, &delay}, *cargs[] = {&pz, &px, &n};
+  devrt_semaphore_value one = {sem, 1};
+  devrt_submission cons = {.stream = sb, .waits = &one, .nwaits = 1, .kind = DEVRT_WORK_LAUNCH,
+                           .launch = {.kernel = K.copy, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = cargs}};
+  devrt_submission prod = {.stream = sa, .signals = &one, .nsignals = 1, .kind = DEVRT_WORK_LAUNCH,
+                           .launch = {.kernel = K.slow_fill, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = fargs}};
+  CHECK_OK(devrt_queue_submit(rt, &cons));
+  CHECK_OK(devrt_queue_submit(rt, &prod));
+  CHECK_OK(devrt_semaphore_wait(sem, 1, 10 * 1000 * MS));
+  CHECK_OK(devrt_stream_synchronize(rt, sb));
+  uint64_t hop = b_wrong(rt, sb, z, N, 0xbeef);
+  printf("cross-partition semaphore (consumer queued first): %llu wrong\n", (unsigned long long)hop);
+  CHECK(hop == 0);
+  CHECK_OK(devrt_semaphore_destroy(sem));
   CHECK_OK(devrt_block_free(rt, x));
   CHECK_OK(devrt_block_free(rt, y));
   CHECK_OK(devrt_block_free(rt, z));
