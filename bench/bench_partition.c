@@ -676,14 +676,10 @@ static void report(bench_suite* b, pctx* c, const results* r) {
   char n1[32], n2[32];
   bool p1 = g1 && rp <= GOAL_P99_RATIO, p2 = g2 && rq >= PLAIN_WORSE_MIN, p3 = g3 && rt >= share - SHARE_TOLERANCE;
   const char* create_note =
-      c->plan_a.structured_split
-          ? "devrt splits with cuDevSmResourceSplit (CUDA 13.1); its time includes the plan, reading each green "
-            "context's SMs back and the partitions' sub-budgets; raw: one cuDevSmResourceSplitByCount. devrt's "
-            "destroy synchronizes each (idle) stream before destroying it"
-          : "devrt's uneven form (without cuDevSmResourceSplit) splits once for the plan, once per group for its rounding, then "
-            "peels the groups off one at a time, with a temporary green context on each remainder it splits again "
-            "(none for one group); its time includes all of that, reading each green context's SMs back and the partitions' sub-budgets; raw: "
-            "one split. devrt's destroy synchronizes each (idle) stream before destroying it";
+      "devrt's uneven form rounds each group with a split of the device (its plan) and, for more than one group, "
+      "peels them off one at a time through a temporary green context on each remainder; its time includes that, "
+      "reading each green context's SMs back and the partitions' sub-budgets; raw: one split. devrt's destroy "
+      "synchronizes each (idle) stream before destroying it";
   if (js) {
     char buf[8192] = "";
     if (!c->cuda) bench_cat(buf, sizeof buf, "\"note\":\"host backend: the figures exercise every path; they say nothing about a GPU\",");

@@ -13,6 +13,12 @@ static void push_free(dv_pool* p, unsigned i, dv_slot* slots) {
   p->free_head = (int)i;
 }
 
+/* Gives slot i back to the partitions' spare list (pool_mu held, or during init). */
+static void push_spare(devrt_runtime* rt, unsigned i) {
+  rt->slots[i].next_free = rt->spare_head;
+  rt->spare_head = (int)i;
+}
+
 devrt_status dv_stream_pool_init(devrt_runtime* rt) {
   rt->npool = rt->cfg.stream_pool_size;
   rt->nslots = rt->npool + 1 + rt->cfg.partition_streams;
@@ -33,7 +39,7 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt) {
   }
   rt->slots[rt->npool].next_free = -1;
   rt->spare_head = -1;
-  for (unsigned i = rt->nslots; i-- > rt->npool + 1;) rt->slots[i].next_free = rt->spare_head, rt->spare_head = (int)i;
+  for (unsigned i = rt->nslots; i-- > rt->npool + 1;) push_spare(rt, i);
   pthread_mutex_init(&rt->pool_mu, NULL);
   pthread_cond_init(&rt->pool_cv, NULL);
   return DEVRT_OK;
@@ -85,7 +91,7 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
     sl->pool = NULL;
   }
   pthread_mutex_lock(&rt->pool_mu);
-  for (unsigned k = 0; k < p->n; k++) rt->slots[p->slots[k]].next_free = rt->spare_head, rt->spare_head = (int)p->slots[k];
+  for (unsigned k = 0; k < p->n; k++) push_spare(rt, p->slots[k]);
   pthread_mutex_unlock(&rt->pool_mu);
   free(p->slots);
   p->slots = NULL;

@@ -172,9 +172,8 @@ static devrt_status plain_plan(devrt_runtime* rt, const devrt_layout_spec* s, co
   return DEVRT_OK;
 }
 
-/* The split a layout is built from: groups (one per requested partition) and the remainder.
- * Uneven specs on a live build peel off one group at a time: each remainder becomes a temporary
- * green context whose resource is split again (a split output cannot be split directly). */
+/* The split a layout is built from: groups (one per requested partition), the remainder, and
+ * the temporary green contexts an uneven layout was peeled through (peel). */
 typedef struct split {
   dv_res dev, groups[DEVRT_MAX_PARTITIONS], rem;
   unsigned n;
@@ -186,7 +185,9 @@ static void split_free(devrt_runtime* rt, split* x) {
   while (x->ntemps) rt->be->green_destroy(rt->dev, x->temps[--x->ntemps]);
 }
 
-static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, bool peel, split* x, const char* call) {
+/* The driver's split for spec: even, the one split (its groups are the partitions'); uneven,
+ * each group as the driver rounds it on the whole device and what is left (a plan: see peel). */
+static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, split* x, const char* call) {
   unsigned f = (s->flags & DEVRT_LAYOUT_IGNORE_COSCHEDULING) ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0;
   const dv_backend* be = rt->be;
   DV_CHECK(be->sm_resource(rt->dev, &x->dev));
@@ -215,19 +216,24 @@ static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, bool
   x->n = s->count;
   if (total > x->dev.sms)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: the groups round up to %u SMs, the device has %u", call, total, x->dev.sms);
-  if (!peel) {
-    x->rem.sms = x->dev.sms - total;
-    return DEVRT_OK;
-  }
-  /* A green context's resource can round finer than the device's (a 12-SM request gave 12 on
-   * the remainder of an H100, 16 on the whole device): ask each step for the size the plan gave. */
+  x->rem.sms = x->dev.sms - total;
+  return DEVRT_OK;
+}
+
+/* Makes an uneven plan's groups real and disjoint: splits each off what the previous step left,
+ * through a temporary green context on that remainder (a split output cannot be split directly).
+ * One group needs no peeling: the plan's split of the device is already group and remainder. A
+ * green context's resource can round finer than the device's (a 12-SM request gave 12 on the
+ * remainder of an H100, 16 on the whole device): each step asks for the size the plan gave. */
+static devrt_status peel(devrt_runtime* rt, const devrt_layout_spec* s, split* x) {
+  unsigned f = (s->flags & DEVRT_LAYOUT_IGNORE_COSCHEDULING) ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0;
   dv_res from = x->dev;
-  for (unsigned i = 0; i < s->count; i++) {
+  for (unsigned i = 0; s->count > 1 && i < s->count; i++) {
     unsigned one = 1, want = x->groups[i].sms;
-    DV_CHECK(be->sm_split(rt->dev, &from, want, f, &x->groups[i], &one, &x->rem));
+    DV_CHECK(rt->be->sm_split(rt->dev, &from, want, f, &x->groups[i], &one, &x->rem));
     if (i + 1 == s->count) break;
-    DV_CHECK(be->green_create(rt->dev, &x->rem, 1, &x->temps[x->ntemps]));
-    DV_CHECK(be->green_resource(x->temps[x->ntemps++], &from));
+    DV_CHECK(rt->be->green_create(rt->dev, &x->rem, 1, &x->temps[x->ntemps]));
+    DV_CHECK(rt->be->green_resource(x->temps[x->ntemps++], &from));
   }
   return DEVRT_OK;
 }
@@ -246,31 +252,35 @@ static void fill_plan(const devrt_layout_spec* s, const split* x, devrt_layout_p
 
 static bool want_plain(const devrt_layout_spec* s) { return s->flags & DEVRT_LAYOUT_PLAIN_STREAMS; }
 
-/* The plan for spec; *fallback set when it falls back to plain streams. */
-static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout_plan* p, bool* fallback, const char* call) {
+static const char plain_requested[] = "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)";
+
+/* The plan for spec; *fallback set when it falls back to plain streams. x gets the split an
+ * isolated plan was made from. */
+static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout_plan* p, bool* fallback, split* x,
+                         const char* call) {
   *fallback = false;
   DV_CHECK(check_spec(rt, s, call));
   if (!rt->info.green_contexts) {
+    if (want_plain(s)) return plain_plan(rt, s, plain_requested, p);
     char why[160];
     snprintf(why, sizeof why, "no green contexts on device %d (%.80s, driver %d)", rt->cfg.ordinal, rt->info.name, rt->info.driver_version);
-    if (want_plain(s)) return plain_plan(rt, s, "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)", p);
     if (!(s->flags & DEVRT_LAYOUT_ALLOW_FALLBACK))
       return dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: %s; pass DEVRT_LAYOUT_ALLOW_FALLBACK for plain streams", call, why);
     *fallback = true;
     return plain_plan(rt, s, why, p);
   }
-  split x = {0};
-  devrt_status st = do_split(rt, s, false, &x, call);
-  fill_plan(s, &x, p);
-  if (st == DEVRT_OK && want_plain(s)) plainify(p, "plain streams requested (DEVRT_LAYOUT_PLAIN_STREAMS)");
-  return st; /* plain streams requested: the partitions the split would give, on every SM */
+  devrt_status st = do_split(rt, s, x, call);
+  fill_plan(s, x, p);
+  if (st == DEVRT_OK && want_plain(s)) plainify(p, plain_requested); /* the split's partitions, on every SM */
+  return st;
 }
 
 devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout_plan* out) {
   DV_RT_CHECK(rt, "devrt_layout_plan_get");
   DV_ARG_CHECK(out, "devrt_layout_plan_get", "out is NULL");
   bool fallback;
-  return plan(rt, spec, out, &fallback, "devrt_layout_plan_get");
+  split x = {0};
+  return plan(rt, spec, out, &fallback, &x, "devrt_layout_plan_get");
 }
 
 /* ---- create and destroy ---- */
@@ -328,20 +338,23 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
   uint64_t t0 = now_ns();
   devrt_layout_plan pl;
   bool fallback;
-  DV_CHECK(plan(rt, spec, &pl, &fallback, "devrt_layout_create"));
+  split* x = calloc(1, sizeof *x);
   devrt_layout* l = calloc(1, sizeof *l + DEVRT_MAX_PARTITIONS * sizeof l->parts[0]);
-  if (!l) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_layout_create: out of host memory");
+  devrt_status st = x && l ? plan(rt, spec, &pl, &fallback, x, "devrt_layout_create")
+                           : dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_layout_create: out of host memory");
+  if (st != DEVRT_OK) {
+    free(x);
+    free(l);
+    return st;
+  }
   l->flags = spec->flags;
   l->plan = pl;
   for (unsigned i = 0; i < DEVRT_MAX_PARTITIONS; i++) l->parts[i].layout = l, l->parts[i].index = i;
   if (pl.remainder_partition) l->parts[pl.partitions - 1].remainder = true;
-  devrt_status st = DEVRT_OK;
   if (pl.isolated) {
-    split* x = calloc(1, sizeof *x);
-    st = x ? do_split(rt, spec, true, x, "devrt_layout_create") : dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_layout_create: out of host memory");
+    st = peel(rt, spec, x);
     if (st == DEVRT_OK) st = build_greens(rt, spec, x, l);
-    if (x) split_free(rt, x);
-    free(x);
+    split_free(rt, x);
     if (st == DEVRT_ERR_UNSUPPORTED && (spec->flags & DEVRT_LAYOUT_ALLOW_FALLBACK)) { /* refused: plain streams */
       char why[160];
       snprintf(why, sizeof why, "green contexts refused: %.130s", devrt_last_error());
@@ -352,6 +365,7 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
       fallback = true;
     }
   }
+  free(x);
   if (st == DEVRT_OK) st = build_pools(rt, spec, l);
   if (st != DEVRT_OK) {
     layout_free(rt, l);
