@@ -2,6 +2,8 @@
  * alloc/free pair (cuMemAllocFromPoolAsync / cuMemFreeAsync on devrt's pool, called through the
  * backend with no devrt layer), same run: hot pairs, RMM's random_allocations shape, threads, logging. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
@@ -92,27 +94,38 @@ static int random_sync(void* p) { return sync_reap(((rctx*)p)->c); }
 typedef struct tctx {
   actx c;
   bool raw;
-  int iters;
-  pthread_barrier_t* go;
+  int iters, threads;
+  _Atomic int* ready; /* a spinning start line: the threads begin together */
+  uint64_t t0, t1;
   int rc;
 } tctx;
 static void* thread_body(void* p) {
   tctx* t = p;
-  pthread_barrier_wait(t->go);
+  atomic_fetch_add(t->ready, 1);
+  while (atomic_load(t->ready) < t->threads) sched_yield();
+  t->t0 = bench_now_ns();
   t->rc = t->raw ? raw_pair(&t->c, t->iters) : stack_pair(&t->c, t->iters);
+  t->t1 = bench_now_ns();
   return NULL;
 }
-typedef struct mt { actx* base; int threads; tctx* t; pthread_barrier_t go; } mt;
+typedef struct mt { actx* base; int threads; tctx* t; } mt;
+/* Timed from the first thread's start to the last one's end: creating and joining the threads
+ * is excluded from the round. */
 static int mt_run(mt* m, bool raw, int iters) {
+  uint64_t c0 = bench_now_ns();
   pthread_t th[16];
-  pthread_barrier_init(&m->go, NULL, (unsigned)m->threads);
+  _Atomic int ready = 0;
   for (int i = 0; i < m->threads; i++) {
-    m->t[i].raw = raw, m->t[i].iters = iters, m->t[i].go = &m->go;
+    m->t[i].raw = raw, m->t[i].iters = iters, m->t[i].threads = m->threads, m->t[i].ready = &ready;
     pthread_create(&th[i], NULL, thread_body, &m->t[i]);
   }
   int rc = 0;
-  for (int i = 0; i < m->threads; i++) pthread_join(th[i], NULL), rc |= m->t[i].rc;
-  pthread_barrier_destroy(&m->go);
+  uint64_t t0 = UINT64_MAX, t1 = 0;
+  for (int i = 0; i < m->threads; i++) {
+    pthread_join(th[i], NULL), rc |= m->t[i].rc;
+    t0 = m->t[i].t0 < t0 ? m->t[i].t0 : t0, t1 = m->t[i].t1 > t1 ? m->t[i].t1 : t1;
+  }
+  bench_exclude((bench_now_ns() - c0) - (t1 - t0));
   return rc;
 }
 /* Reported per op of all threads together: ns = wall time / (threads * iters). */
@@ -188,7 +201,7 @@ int bench_alloc(const cli_opts* o) {
     char name[32];
     snprintf(name, sizeof name, "threads_%d_64KiB", nthreads[i]);
     mt m = {.base = &c, .threads = nthreads[i], .t = t};
-    rc = bench_pair(&b, name, &m, mt_stack, mt_raw, mt_sync, 2000 * nthreads[i], rounds);
+    rc = bench_pair(&b, name, &m, mt_stack, mt_raw, mt_sync, 5000 * nthreads[i], rounds);
   }
   bench_end(&b);
   for (int i = 0; i < 16; i++) {

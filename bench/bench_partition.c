@@ -46,11 +46,20 @@ typedef struct params { /* per backend: the GPU's figures, or small ones that ex
 static const params cuda_params = {16, 20000, 200000, 1000, 300, 10, 100000, 200000000ull, 100000000ull, 9, 256u << 20};
 static const params host_params = {2, 20000, 50000, 40, 20, 3, 20000, 20000000ull, 10000000ull, 5, 1u << 20};
 
+/* Where a critical sample's time went: the host's launch call; launch -> first block start and
+ * last block end -> synchronize return (the kernel's %globaltimer stamps against the host clock,
+ * each shifted by its minimum over the way's samples: the clocks' offset is unknown); first start
+ * -> last end. p50/p99 over the samples, and the mean over the slowest 1% of samples (by total). */
+typedef struct part { double p50, p99, tail; } part;
+enum { P_CALL, P_QUEUE, P_RUN, P_NOTICE, NPARTS };
+static const char* const part_names[NPARTS] = {"launch_call", "to_start", "run", "to_host"};
+
 typedef struct lat { /* one way's critical latency */
   bool ran, bg;
   const char* where;
   int n;
   double p50, p99, max; /* us */
+  part parts[NPARTS];   /* us */
 } lat;
 
 typedef struct tput { /* one way's background throughput */
@@ -66,7 +75,7 @@ typedef struct pctx {
   params p;
   devrt_device_info di;
   devrt_module* mod;
-  devrt_kernel *k, *copy;
+  devrt_kernel *k, *kstamp, *copy;
   devrt_event* ev;
   /* layouts: A = partition (isolated), B = plain streams with priorities */
   devrt_layout_spec spec_a, spec_b;
@@ -84,8 +93,10 @@ typedef struct pctx {
   unsigned crit_grid, bg_grid;
   bool bg_grid_lcm;
   uint64_t crit_ns, bg_ns;
-  void *crit_args[1], *bg_args[1];
-  double* samp;
+  void *crit_args[2], *bg_args[1];
+  uint64_t *dstamp, *hstamp, *cur_stamp; /* the critical kernel's stamps: device, host copy, this sample's */
+  uint64_t (*ht)[3];                     /* per sample: host before launch, after launch, after sync */
+  double *samp, *work;
   uint64_t rng;
   double bg_kernel_ns_a, bg_kernel_ns_b; /* one background kernel alone on each background stream */
   /* layout create rows */
@@ -146,7 +157,7 @@ static void lat_of(lat* l, double* v, int n) { /* v in ns; nearest-rank percenti
 }
 
 static devrt_status launch_on(pctx* c, devrt_stream s, bool bg) {
-  devrt_launch_desc d = {.stream = s, .kernel = c->k, .grid = {bg ? c->bg_grid : c->crit_grid, 1, 1},
+  devrt_launch_desc d = {.stream = s, .kernel = bg ? c->k : c->kstamp, .grid = {bg ? c->bg_grid : c->crit_grid, 1, 1},
                          .block = {bg ? BG_THREADS : CRIT_THREADS, 1, 1}, .args = bg ? c->bg_args : c->crit_args};
   return devrt_launch(c->rt, &d);
 }
@@ -160,24 +171,71 @@ static unsigned long gcd(unsigned long a, unsigned long b) {
 }
 
 /* ---- critical latency ---- */
-/* One sample: host time from just before the launch to the return of the stream synchronize. */
-static int crit_sample(pctx* c, devrt_stream s, double* out) {
+/* Sample i: host time from just before the launch to the return of the stream synchronize. */
+static int crit_sample(pctx* c, devrt_stream s, int i) {
   host_gap(c);
-  uint64_t t0 = bench_now_ns();
+  uint64_t* t = c->ht[i];
+  c->cur_stamp = c->dstamp + (size_t)2 * c->crit_grid * (size_t)i;
+  t[0] = bench_now_ns();
   TRY("devrt_launch (critical)", launch_on(c, s, false));
+  t[1] = bench_now_ns();
   TRY("devrt_stream_synchronize (critical)", devrt_stream_synchronize(c->rt, s));
-  *out = (double)(bench_now_ns() - t0);
+  t[2] = bench_now_ns();
+  c->samp[i] = (double)(t[2] - t[0]);
+  return 0;
+}
+
+static void part_of(part* p, double* v, bool shift, const double* total, double cut, int n, double* sorted) {
+  double lo = v[0], sum = 0;
+  int k = 0;
+  for (int i = 1; i < n; i++) lo = v[i] < lo ? v[i] : lo;
+  if (!shift) lo = 0;
+  for (int i = 0; i < n; i++) {
+    v[i] -= lo;
+    if (total[i] >= cut) sum += v[i], k++;
+  }
+  memcpy(sorted, v, sizeof *v * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof *v, cmp_double);
+  int i99 = (99 * n + 99) / 100 - 1;
+  *p = (part){sorted[(n - 1) / 2] / 1e3, sorted[i99 < 0 ? 0 : i99] / 1e3, k ? sum / k / 1e3 : 0};
+}
+
+/* Splits the way's n samples (copies the kernel's stamps back on stream s), then lat_of. */
+static int lat_parts(pctx* c, devrt_stream s, int n, lat* l) {
+  dv_stream* bs = NULL;
+  size_t per = (size_t)2 * c->crit_grid;
+  TRY("stream", dv_stream_get(c->rt, s, &bs, "bench partition"));
+  TRY("memcpy_async (stamps)", c->rt->be->memcpy_async(bs, c->hstamp, c->dstamp, sizeof(uint64_t) * per * (size_t)n));
+  TRY("stream_sync (stamps)", c->rt->be->stream_sync(bs));
+  double *v = c->work, *sorted = c->work + MAX_SAMPLES, *total = c->work + 2 * (size_t)MAX_SAMPLES;
+  memcpy(total, c->samp, sizeof *total * (size_t)n);
+  memcpy(sorted, total, sizeof *total * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof *total, cmp_double);
+  double cut = sorted[(99 * n + 99) / 100 - 1 < 0 ? 0 : (99 * n + 99) / 100 - 1];
+  for (int k = 0; k < NPARTS; k++) {
+    for (int i = 0; i < n; i++) {
+      const uint64_t *t = c->ht[i], *st = c->hstamp + per * (size_t)i;
+      uint64_t first = st[0], last = st[1];
+      for (size_t b = 1; b < c->crit_grid; b++)
+        first = st[2 * b] < first ? st[2 * b] : first, last = st[2 * b + 1] > last ? st[2 * b + 1] : last;
+      v[i] = k == P_CALL    ? (double)(t[1] - t[0])
+             : k == P_QUEUE ? (double)(int64_t)(first - t[0])
+             : k == P_RUN   ? (double)(last - first)
+                            : (double)(int64_t)(t[2] - last);
+    }
+    part_of(&l->parts[k], v, k == P_QUEUE || k == P_NOTICE, total, cut, n, sorted);
+  }
+  lat_of(l, c->samp, n);
   return 0;
 }
 
 static int crit_alone(pctx* c, devrt_stream s, lat* l) {
-  double w;
   TRY("devrt_stream_synchronize", devrt_stream_synchronize(c->rt, s));
   for (int i = 0; i < c->p.warmup; i++)
-    if (crit_sample(c, s, &w)) return -1;
+    if (crit_sample(c, s, 0)) return -1;
   for (int i = 0; i < c->p.alone_samples; i++)
-    if (crit_sample(c, s, &c->samp[i])) return -1;
-  lat_of(l, c->samp, c->p.alone_samples);
+    if (crit_sample(c, s, i)) return -1;
+  if (lat_parts(c, s, c->p.alone_samples, l)) return -1;
   l->bg = false;
   return 0;
 }
@@ -225,16 +283,15 @@ static int with_bg(pctx* c, devrt_stream crit, devrt_stream bg, double kernel_ns
     uint64_t t0 = bench_now_ns();
     if (bg_chain(c, bg, k)) return -1;
     TRY("devrt_event_record", devrt_event_record(c->rt, c->ev, bg));
-    double w;
     for (int i = 0; i < c->p.warmup; i++)
-      if (crit_sample(c, crit, &w)) return -1;
+      if (crit_sample(c, crit, 0)) return -1;
     int n = 0;
     bool done = false;
     uint64_t t1 = 0;
     while (n < MAX_SAMPLES) {
       TRY("devrt_event_query", devrt_event_query(c->rt, c->ev, &done));
       if (done) break;
-      if (crit_sample(c, crit, &c->samp[n++])) return -1;
+      if (crit_sample(c, crit, n++)) return -1;
     }
     t1 = bench_now_ns();
     TRY("devrt_stream_synchronize (background)", devrt_stream_synchronize(c->rt, bg));
@@ -245,7 +302,7 @@ static int with_bg(pctx* c, devrt_stream crit, devrt_stream bg, double kernel_ns
         fprintf(stderr, "bench partition: the background chain of %d kernels ended before any critical sample\n", k);
         return -1;
       }
-      lat_of(l, c->samp, n);
+      if (lat_parts(c, crit, n, l)) return -1;
       l->bg = true;
       *t = (tput){true, k, tries, n, (double)k * c->bg_grid / (dt / 1e9), dt / 1e6, dt / k / 1e6};
       return 0;
@@ -533,13 +590,19 @@ static int setup(pctx* c, const cli_opts* o) {
   c->bg_grid_lcm = grid <= 4 * min;
   c->bg_grid = (unsigned)(c->bg_grid_lcm ? grid : min);
   c->crit_ns = c->p.crit_ns, c->bg_ns = c->p.bg_ns;
-  c->crit_args[0] = &c->crit_ns, c->bg_args[0] = &c->bg_ns;
+  c->crit_args[0] = &c->crit_ns, c->crit_args[1] = &c->cur_stamp, c->bg_args[0] = &c->bg_ns;
   TRY("module_load", devrt_module_load(c->rt, NULL, &c->mod));
   TRY("kernel_get", devrt_kernel_get(c->mod, "devrt_spin", &c->k));
+  TRY("kernel_get", devrt_kernel_get(c->mod, "devrt_spin_stamp", &c->kstamp));
   TRY("kernel_get", devrt_kernel_get(c->mod, "devrt_copy_u32", &c->copy));
   TRY("event_create", devrt_event_create(c->rt, 0, &c->ev));
+  size_t stamps = sizeof(uint64_t) * 2 * c->crit_grid * MAX_SAMPLES;
+  TRY("devrt_mem_alloc (stamps)", devrt_mem_alloc(c->rt, stamps, (void**)&c->dstamp));
+  c->hstamp = malloc(stamps);
+  c->ht = malloc(sizeof *c->ht * MAX_SAMPLES);
   c->samp = malloc(sizeof(double) * MAX_SAMPLES);
-  if (!c->samp) {
+  c->work = malloc(sizeof(double) * 3 * MAX_SAMPLES);
+  if (!c->samp || !c->work || !c->ht || !c->hstamp) {
     fprintf(stderr, "bench partition: out of memory\n");
     return -1;
   }
@@ -588,6 +651,11 @@ static int teardown(pctx* c) {
   if (c->ev) devrt_event_destroy(c->rt, c->ev), c->ev = NULL;
   if (c->mod) devrt_module_unload(c->rt, c->mod), c->mod = NULL;
   free(c->samp), c->samp = NULL;
+  free(c->work), c->work = NULL;
+  free(c->ht), c->ht = NULL;
+  free(c->hstamp), c->hstamp = NULL;
+  if (c->dstamp && devrt_mem_free(c->rt, c->dstamp) != DEVRT_OK) rc = -1;
+  c->dstamp = NULL;
   return rc;
 }
 
@@ -616,7 +684,11 @@ static void json_lat(char* buf, size_t cap, const char* key, const lat* l, bool 
     return;
   }
   bench_cat(buf, cap, "%s\"%s\":{\"stream\":\"%s\",\"background\":%s,\"samples\":%d,\"p50_us\":%.2f,\"p99_us\":%.2f,"
-                      "\"max_us\":%.2f}", comma ? "," : "", key, l->where, yn(l->bg), l->n, l->p50, l->p99, l->max);
+                      "\"max_us\":%.2f,\"parts_us\":{", comma ? "," : "", key, l->where, yn(l->bg), l->n, l->p50, l->p99, l->max);
+  for (int k = 0; k < NPARTS; k++)
+    bench_cat(buf, cap, "%s\"%s\":{\"p50\":%.2f,\"p99\":%.2f,\"slowest_1pct_mean\":%.2f}", k ? "," : "",
+              part_names[k], l->parts[k].p50, l->parts[k].p99, l->parts[k].tail);
+  bench_cat(buf, cap, "}}");
 }
 static void json_tput(char* buf, size_t cap, const char* key, const tput* t, double full, bool comma) {
   if (!t->ran) {
@@ -652,7 +724,10 @@ static void text_lat(const char* way, const lat* l) {
     printf("  %-26s %-34s skipped\n", way, "-");
     return;
   }
-  printf("  %-26s %-34s %7d %9.2f %9.2f %9.2f\n", way, l->where, l->n, l->p50, l->p99, l->max);
+  printf("  %-26s %-34s %7d %9.2f %9.2f %9.2f\n   ", way, l->where, l->n, l->p50, l->p99, l->max);
+  for (int k = 0; k < NPARTS; k++)
+    printf(" %s %.1f/%.1f/%.1f", part_names[k], l->parts[k].p50, l->parts[k].p99, l->parts[k].tail);
+  printf("\n");
 }
 static void text_tput(const char* way, const tput* t, double full) {
   if (!t->ran) {
@@ -681,7 +756,7 @@ static void report(bench_suite* b, pctx* c, const results* r) {
       "reading each green context's SMs back and the partitions' sub-budgets; raw: one split. devrt's destroy "
       "synchronizes each (idle) stream before destroying it";
   if (js) {
-    char buf[8192] = "";
+    char buf[16384] = "";
     if (!c->cuda) bench_cat(buf, sizeof buf, "\"note\":\"host backend: the figures exercise every path; they say nothing about a GPU\",");
     bench_cat(buf, sizeof buf,
               "\"config\":{\"device_sms\":%u,\"critical_sms_requested\":%u,\"critical_grid\":%u,\"critical_block\":%u,"
@@ -783,7 +858,9 @@ static void report(bench_suite* b, pctx* c, const results* r) {
          c->bg_grid_lcm ? "whole waves on the full device and on the background partition"
                         : "whole waves on the full device only",
          c->p.gap_max_ns / 1e3);
-  printf("critical latency, us: host time from just before devrt_launch to the return of devrt_stream_synchronize\n"
+  printf("critical latency, us: host time from just before devrt_launch to the return of devrt_stream_synchronize;\n"
+         "  under each way its parts, p50/p99/mean of the slowest 1%%: the launch call, launch -> first block start,\n"
+         "  first start -> last block end, last end -> synchronize return (the two clock-crossing parts less their minimum)\n"
          "  %-26s %-34s %7s %9s %9s %9s\n", "way", "critical stream", "samples", "p50", "p99", "max");
   text_lat("partition (+ background)", &r->l_part);
   text_lat("alone", &r->l_alone_part);

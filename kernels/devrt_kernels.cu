@@ -58,6 +58,14 @@ extern "C" __global__ void devrt_record_smid(uint32_t* out) {
 // and critical kernels of `devrt bench partition`).
 extern "C" __global__ void devrt_spin(uint64_t ns) { spin_ns(ns); }
 
+// devrt_spin that also stamps each block's start and end (%globaltimer, ns) into
+// stamps[2 * block] and stamps[2 * block + 1]: where a launch's latency went, seen from the GPU.
+extern "C" __global__ void devrt_spin_stamp(uint64_t ns, uint64_t* stamps) {
+  uint64_t start = globaltimer_ns();
+  spin_ns(ns);
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x] = start, stamps[2 * blockIdx.x + 1] = globaltimer_ns();
+}
+
 // Faults the context on purpose (a trap: CUDA_ERROR_LAUNCH_FAILED, sticky). cuda only: the tests
 // of device loss use it in a process of their own.
 extern "C" __global__ void devrt_trap() { asm volatile("trap;"); }

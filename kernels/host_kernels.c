@@ -88,6 +88,18 @@ static void spin(const dv_host_grid* g, void** args) {
   if (first_block(g)) sleep_ns(arg_u64(args, 0));
 }
 
+static uint64_t now_ns(void) { /* the host's %globaltimer: CLOCK_MONOTONIC */
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void spin_stamp(const dv_host_grid* g, void** args) {
+  uint64_t* stamps = arg_ptr(args, 1), start = now_ns();
+  spin(g, args);
+  stamps[2 * g->block_idx.x] = start, stamps[2 * g->block_idx.x + 1] = now_ns();
+}
+
 const dv_host_kernel_def dv_host_kernels[] = {
     {"devrt_fill_u32", fill_u32, 3, {8, 4, 8}},
     {"devrt_copy_u32", copy_u32, 3, {8, 8, 8}},
@@ -96,5 +108,6 @@ const dv_host_kernel_def dv_host_kernels[] = {
     {"devrt_slow_copy_u32", slow_copy_u32, 4, {8, 8, 8, 8}},
     {"devrt_record_smid", record_smid, 1, {8}},
     {"devrt_spin", spin, 1, {8}},
+    {"devrt_spin_stamp", spin_stamp, 2, {8, 8}},
 };
 const unsigned dv_host_kernel_count = sizeof dv_host_kernels / sizeof dv_host_kernels[0];
