@@ -1,41 +1,84 @@
 /* account.h (internal): the figures one resource stack shares. The leaf (async or simple)
- * creates the account; decorators inherit the pointer. Every transition adds before it
- * subtracts, so live + pending + cached never under-counts, and a budget that reads them
- * lock-free never admits past its limit. */
+ * creates the account; decorators inherit the pointer. The device budget owns its limit, and
+ * leaves admit new memory against it, so a cached allocate or free touches no shared word. */
 #ifndef DEVRT_MEMORY_ACCOUNT_H
 #define DEVRT_MEMORY_ACCOUNT_H
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include "devrt/resource.h"
 #include "../core/error.h"
 
+/* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
+ * cache line, so the hot paths of different threads share no written line; a figure is the sum
+ * of its shards (modulo 2^64: one shard may go "negative" when a block allocated by one thread is
+ * freed by another). New device memory is admitted on `held`, the one shared word. */
+enum { DV_SHARDS = 64, DV_LIVE = 0, DV_PENDING, DV_CACHED, DV_NFIGS };
+typedef struct dv_acct_shard {
+  _Alignas(64) _Atomic uint64_t f[DV_NFIGS]; /* live: handed out above a caching layer; pending:
+                                                freed to the pool, completion not yet observed;
+                                                cached: in a caching layer's free lists */
+} dv_acct_shard;
+
 struct dv_mem_account {
-  _Atomic uint64_t live;    /* handed out above the caching layer (rounded bytes) */
-  _Atomic uint64_t pending; /* freed to the pool; completion not yet observed */
-  _Atomic uint64_t cached;  /* in a caching layer's free lists */
-  _Atomic uint64_t reaped;  /* total retired by reaps */
-  /* live + pending + cached as one word: what the stack holds of the device (added when a leaf
-   * allocates, taken when its free is retired), plus the reservations of budgets admitting
-   * against it. One word, so an admission is a single compare-and-swap: a sum of separately read
-   * figures can go stale between its reads (a free and an allocation in between restore live). */
-  _Atomic uint64_t held;
-  uint64_t granularity;     /* the pool's real rounding (measured by the leaf) */
+  dv_acct_shard sh[DV_SHARDS];
+  /* live + pending + cached as one word: what the stack holds of the device. A leaf admits new
+   * memory with one compare-and-swap against `limit` before it asks the pool, and takes it back
+   * when a reap retires the free; moving bytes between the figures never touches it. */
+  _Alignas(64) _Atomic uint64_t held;
+  _Atomic uint64_t limit;     /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
+  _Atomic uintptr_t owner;    /* that budget */
+  _Atomic uint64_t reaped;    /* total retired by reaps */
+  uint64_t granularity;       /* the pool's real rounding (measured by the leaf) */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
    * granularity. A caching layer sets it to its size classes. */
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
 };
+
+/* This thread's shard (assigned round-robin on first use). */
+extern _Thread_local unsigned dv_tshard;
+unsigned dv_shard_assign(void);
+static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
+
+/* A zeroed account with no owner (resource.c). */
+dv_mem_account* dv_account_new(void);
+void dv_account_init(dv_mem_account* a);
 
 static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
   uint64_t g = a && a->granularity ? a->granularity : 256;
   return ((uint64_t)size + g - 1) / g * g;
 }
 
-/* Moves n bytes from one figure to another, adding first. */
-static inline void dv_account_move(_Atomic uint64_t* from, _Atomic uint64_t* to, uint64_t n) {
-  atomic_fetch_add_explicit(to, n, memory_order_relaxed);
-  atomic_fetch_sub_explicit(from, n, memory_order_relaxed);
+static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
+  atomic_fetch_add_explicit(&a->sh[dv_shard()].f[fig], n, memory_order_relaxed);
 }
+static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) {
+  atomic_fetch_sub_explicit(&a->sh[dv_shard()].f[fig], n, memory_order_relaxed);
+}
+/* Moves n bytes from one figure to another on this thread's shard, adding first. */
+static inline void dv_account_move(dv_mem_account* a, int from, int to, uint64_t n) {
+  dv_acct_shard* s = &a->sh[dv_shard()];
+  atomic_fetch_add_explicit(&s->f[to], n, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&s->f[from], n, memory_order_relaxed);
+}
+/* A figure: the sum of its shards (0 if a racing move makes it read below zero). */
+uint64_t dv_account_sum(const dv_mem_account* a, int fig);
+
+/* Admits n new bytes against the owner's limit: one compare-and-swap on held. */
+static inline bool dv_account_admit(dv_mem_account* a, uint64_t n) {
+  uint64_t v = atomic_load_explicit(&a->held, memory_order_relaxed);
+  do {
+    uint64_t lim = atomic_load_explicit(&a->limit, memory_order_relaxed);
+    if (v + n > lim || v + n < v) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&a->held, &v, v + n, memory_order_relaxed, memory_order_relaxed));
+  return true;
+}
+static inline void dv_account_release(dv_mem_account* a, uint64_t n) {
+  atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
+}
+/* The refusal a leaf returns when admission fails (a budget above turns it into its own). */
+devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n, const char* tag);
 
 /* Budgets (budget.c) for partitions' sub-budgets: whether r is one, its limit and live bytes,
  * and a new limit (at most the parent's). */
@@ -52,9 +95,9 @@ void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
 
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
-  q->live_bytes = atomic_load_explicit(&a->live, memory_order_relaxed);
-  q->pending_bytes = atomic_load_explicit(&a->pending, memory_order_relaxed);
-  q->cached_bytes = atomic_load_explicit(&a->cached, memory_order_relaxed);
+  q->live_bytes = dv_account_sum(a, DV_LIVE);
+  q->pending_bytes = dv_account_sum(a, DV_PENDING);
+  q->cached_bytes = dv_account_sum(a, DV_CACHED);
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
 }

@@ -111,8 +111,7 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
 devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, const char* tag) {
   uint64_t rounded = dv_round(a, size);
   DV_CHECK(dv_live_insert(t, who, p, size, rounded, tag));
-  atomic_fetch_add_explicit(&a->live, rounded, memory_order_relaxed);
-  atomic_fetch_add_explicit(&a->held, rounded, memory_order_relaxed);
+  dv_account_add(a, DV_LIVE, rounded);
   return DEVRT_OK;
 }
 
@@ -237,8 +236,8 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     bool done = false;
     DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
-    atomic_fetch_sub_explicit(&acc->pending, b->bytes, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&acc->held, b->bytes, memory_order_relaxed);
+    dv_account_sub(acc, DV_PENDING, b->bytes);
+    dv_account_release(acc, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
     *reaped += b->bytes;
     event_give(a, b->ev);
@@ -280,11 +279,14 @@ static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stre
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "async allocate"));
+  uint64_t n = dv_round(self->account, size);
+  if (!dv_account_admit(self->account, n)) return dv_account_refuse(self->account, "async allocate", size, n, tag);
   void* p = NULL;
-  DV_CHECK(rt->be->pool_alloc(rt->dev, size, s, &p));
-  devrt_status st = dv_live_track(a->live, self->account, "async allocate", p, size, tag);
-  if (st != DEVRT_OK) {
+  devrt_status st = rt->be->pool_alloc(rt->dev, size, s, &p);
+  if (st == DEVRT_OK && (st = dv_live_track(a->live, self->account, "async allocate", p, size, tag)) != DEVRT_OK)
     rt->be->pool_free(rt->dev, p, s); /* the table's error is the one reported */
+  if (st != DEVRT_OK) {
+    dv_account_release(self->account, n);
     return st;
   }
   *out = p;
@@ -301,7 +303,7 @@ static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size,
   devrt_status st = rt->be->pool_free(rt->dev, p, s);
   dv_live_settle(a->live, p, st == DEVRT_OK);
   if (st != DEVRT_OK) return st;
-  dv_account_move(&self->account->live, &self->account->pending, rounded);
+  dv_account_move(self->account, DV_LIVE, DV_PENDING, rounded);
   aslot* sl = &a->slots[DV_SID_SLOT(stream)];
   pthread_mutex_lock(&sl->mu);
   sl->s = s;
@@ -398,7 +400,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   DV_RT_CHECK(rt, "devrt_async_resource_create");
   DV_ARG_CHECK(out, "devrt_async_resource_create", "out is NULL");
   async_res* a = calloc(1, sizeof *a);
-  dv_mem_account* acc = calloc(1, sizeof *acc);
+  dv_mem_account* acc = dv_account_new();
   aslot* slots = zalloc64((size_t)rt->nslots * sizeof *slots);
   if (!a || !acc || !slots) {
     free(a), free(acc), free(slots);
@@ -435,7 +437,7 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   n += sl->open, sl->open = 0; /* frees enqueued before the synchronize: complete too */
   sl->s = NULL;
   pthread_mutex_unlock(&sl->mu);
-  atomic_fetch_sub_explicit(&acc->pending, n, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&acc->held, n, memory_order_relaxed);
+  dv_account_sub(acc, DV_PENDING, n);
+  dv_account_release(acc, n);
   atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
 }

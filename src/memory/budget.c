@@ -1,6 +1,7 @@
-/* budget.c: the byte budget over a resource stack: lock-free admission, one CAS on the stack's
- * held word (live + pending + cached), the pressure ladder (reap, trim, optionally wait
- * for pending frees, then the caller's fallback) before OVER_BUDGET, and nested sub-budgets. */
+/* budget.c: the byte budget over a resource stack: lock-free admission (the device budget's by the
+ * stack's leaves, one CAS on its held word; others on their own live word), the pressure ladder
+ * (reap, trim, optionally wait for pending frees, then the caller's fallback) before OVER_BUDGET,
+ * and nested sub-budgets. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include "../core/runtime.h"
@@ -9,8 +10,9 @@
 typedef struct budget {
   devrt_resource r;
   _Atomic uint64_t limit; /* devrt_partition_set_budget may change it */
-  _Atomic uint64_t live;   /* bytes admitted here and not freed (rounded as the stack charges) */
-  struct budget* parent;   /* sub-budgets: the budget they nest under (their upstream) */
+  _Atomic uint64_t live;  /* non-owners: bytes admitted here and not freed (rounded as the stack charges) */
+  struct budget* parent;  /* sub-budgets: the budget they nest under (their upstream) */
+  bool owns;              /* the stack's account carries this limit: its leaves admit new memory */
   bool wait_for_pending;
   devrt_fallback_fn fallback;
   void* fallback_user;
@@ -22,48 +24,54 @@ static const devrt_resource_vtable budget_vtable;
 
 static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
 
-/* The word admission reserves on. A device budget reserves on its stack's `held` (live + pending
- * + cached as one counter) and gives the reservation back once upstream has answered, after a
- * leaf that took new memory has added it there; so held never under-counts the device and a
- * reservation is one compare-and-swap, with no figures read apart that could go stale between
- * the reads. A sub-budget (or a budget over a stack with no account) reserves on its own live. */
-static _Atomic uint64_t* word(budget* b) { return !b->parent && b->r.account ? &b->r.account->held : &b->live; }
-
-/* One admission attempt: reserve n bytes if they fit. */
+/* Two ways to admit. The first device budget over an accounted stack owns the account: it puts
+ * its limit there, and a leaf admits new device memory with one compare-and-swap on the stack's
+ * held word (live + pending + cached) before asking the pool. An allocation served from a cache
+ * holds nothing new, so it passes without touching a shared word; the budget sees a refusal only
+ * as the leaf's OVER_BUDGET. Any other budget (a sub-budget, a second budget over the same stack,
+ * one over a stack with no account) reserves on its own live word before calling upstream. */
 static bool admit(budget* b, uint64_t n) {
-  _Atomic uint64_t* w = word(b);
-  uint64_t v = load(w);
+  uint64_t v = load(&b->live);
   do {
     if (v + n > atomic_load_explicit(&b->limit, memory_order_relaxed) || v + n < v) return false;
-  } while (!atomic_compare_exchange_weak_explicit(w, &v, v + n, memory_order_seq_cst, memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_seq_cst, memory_order_relaxed));
   return true;
 }
+
+static uint64_t live_of(budget* b) { return b->owns ? dv_account_sum(b->r.account, DV_LIVE) : load(&b->live); }
 
 static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
   dv_mem_account* a = b->r.account;
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
                  "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
                  ", cached %" PRIu64 ", limit %" PRIu64,
-                 b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", load(&b->live),
-                 a ? load(&a->pending) : 0, a ? load(&a->cached) : 0, load(&b->limit));
+                 b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", live_of(b),
+                 a ? dv_account_sum(a, DV_PENDING) : 0, a ? dv_account_sum(a, DV_CACHED) : 0, load(&b->limit));
 }
 
-/* Admission with the pressure ladder: non-blocking reap and trim, then (if configured) a
- * blocking reap; each followed by another attempt. */
-static devrt_status reserve(budget* b, size_t size, uint64_t n, const char* tag) {
-  if (admit(b, n)) return DEVRT_OK;
-  if (b->parent) return over(b, size, n, tag);
+/* The pressure ladder: step 0 a non-blocking reap, 1 a trim and reap, 2 (if configured) a
+ * blocking reap; false when there is no further step. */
+static bool relieve(budget* b, int step, devrt_status* st) {
   devrt_resource* up = b->r.upstream;
-  DV_CHECK(devrt_resource_reap(up, 0, NULL));
-  if (admit(b, n)) return DEVRT_OK;
-  DV_CHECK(devrt_resource_trim(up, NULL));
-  DV_CHECK(devrt_resource_reap(up, 0, NULL));
-  if (admit(b, n)) return DEVRT_OK;
-  if (b->wait_for_pending) {
-    DV_CHECK(devrt_resource_reap(up, DEVRT_REAP_WAIT, NULL));
-    if (admit(b, n)) return DEVRT_OK;
+  if (b->parent || step > 2 || (step == 2 && !b->wait_for_pending)) return false;
+  if (step == 1) *st = devrt_resource_trim(up, NULL);
+  if (*st == DEVRT_OK) *st = devrt_resource_reap(up, step == 2 ? DEVRT_REAP_WAIT : 0, NULL);
+  return true;
+}
+
+static devrt_status try_allocate(budget* b, size_t size, uint64_t n, devrt_stream stream, const char* tag, void** out) {
+  for (int step = 0;; step++) {
+    devrt_status s = DEVRT_ERR_OVER_BUDGET;
+    bool refused_here = !b->owns && !admit(b, n);
+    if (!refused_here) {
+      s = devrt_resource_allocate(b->r.upstream, size, stream, tag, out);
+      if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
+      if (s != DEVRT_ERR_OVER_BUDGET) return s;
+    }
+    devrt_status rs = DEVRT_OK;
+    if (!relieve(b, step, &rs)) return refused_here || b->owns ? over(b, size, n, tag) : s; /* else upstream's */
+    if (rs != DEVRT_OK) return rs;
   }
-  return over(b, size, n, tag);
 }
 
 static uint64_t charge(budget* b, size_t size) {
@@ -75,15 +83,8 @@ static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream
   budget* b = (budget*)r;
   uint64_t n = charge(b, size);
   for (int attempt = 0;; attempt++) {
-    devrt_status s = reserve(b, size, n, tag);
-    if (s == DEVRT_OK) {
-      s = devrt_resource_allocate(r->upstream, size, stream, tag, out);
-      _Atomic uint64_t* w = word(b);
-      if (w != &b->live) atomic_fetch_sub(w, n); /* what upstream took is in held now */
-      if (s == DEVRT_OK && w != &b->live) atomic_fetch_add(&b->live, n);
-      if (s == DEVRT_OK) return DEVRT_OK;
-      if (w == &b->live) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
-    }
+    devrt_status s = try_allocate(b, size, n, stream, tag, out);
+    if (s == DEVRT_OK) return DEVRT_OK;
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
     atomic_fetch_add(&b->fallbacks, 1);
@@ -94,23 +95,28 @@ static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream
 static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(devrt_resource_deallocate(r->upstream, ptr, size, stream)); /* a refused free changes nothing */
-  atomic_fetch_sub(&b->live, charge(b, size));
+  if (!b->owns) atomic_fetch_sub(&b->live, charge(b, size));
   return DEVRT_OK;
 }
 
 static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out) {
   budget* b = (budget*)r;
   DV_CHECK(devrt_resource_query(r->upstream, out));
-  uint64_t live = load(&b->live), used = load(word(b));
-  out->live_bytes = live;
-  uint64_t limit = load(&b->limit);
+  uint64_t used = b->owns ? load(&r->account->held) : load(&b->live), limit = load(&b->limit);
+  if (!b->owns) out->live_bytes = used;
   out->limit_bytes = limit;
   out->available_bytes = used < limit ? limit - used : 0;
   out->fallbacks = load(&b->fallbacks);
   return DEVRT_OK;
 }
 
-static void budget_destroy(devrt_resource* r) { free(r); }
+static void budget_destroy(devrt_resource* r) {
+  if (((budget*)r)->owns) {
+    atomic_store(&r->account->limit, UINT64_MAX);
+    atomic_store(&r->account->owner, 0);
+  }
+  free(r);
+}
 
 static const devrt_resource_vtable budget_vtable = {
     .allocate = budget_allocate, .deallocate = budget_deallocate, .query = budget_query, .destroy = budget_destroy};
@@ -126,6 +132,11 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
   }
   atomic_init(&b->limit, limit);
   b->parent = parent;
+  uintptr_t none = 0;
+  if (!parent && b->r.account && atomic_compare_exchange_strong(&b->r.account->owner, &none, (uintptr_t)b)) {
+    b->owns = true;
+    atomic_store(&b->r.account->limit, limit);
+  }
   if (o) {
     b->wait_for_pending = o->wait_for_pending;
     b->fallback = o->fallback;
@@ -156,7 +167,7 @@ bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &budget_vt
 
 uint64_t dv_budget_limit(const devrt_resource* r) { return load(&((budget*)r)->limit); }
 
-uint64_t dv_budget_live(const devrt_resource* r) { return load(&((budget*)r)->live); }
+uint64_t dv_budget_live(const devrt_resource* r) { return live_of((budget*)r); }
 
 devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call) {
   budget* b = (budget*)r;
@@ -164,5 +175,6 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
   if (!limit || limit > cap)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call, limit, cap);
   atomic_store(&b->limit, limit);
+  if (b->owns) atomic_store(&r->account->limit, limit);
   return DEVRT_OK;
 }

@@ -81,12 +81,14 @@ static uint64_t class_charge(const dv_mem_account* a, size_t size) {
   return dv_round(a, (size_t)cls);
 }
 
-/* Over a user's resource with no account, this layer is the bottom of the accounted stack: what
- * it takes from and gives back to upstream is what the stack holds. */
-static void own_held(cache* c, uint64_t n, bool take) {
-  if (c->base.account != &c->own) return;
-  if (take) atomic_fetch_add_explicit(&c->own.held, n, memory_order_relaxed);
-  else atomic_fetch_sub_explicit(&c->own.held, n, memory_order_relaxed);
+/* Over a user's resource with no account, this layer is the bottom of the accounted stack: it
+ * admits what it takes from upstream and counts it live, and gives both back with the block. */
+static bool own_admit(cache* c, uint64_t n) { return c->base.account != &c->own || dv_account_admit(&c->own, n); }
+static void own_rollback(cache* c, uint64_t n) {
+  if (c->base.account == &c->own) dv_account_release(&c->own, n);
+}
+static void own_release(cache* c, uint64_t n) { /* a live block went back upstream */
+  if (c->base.account == &c->own) dv_account_sub(&c->own, DV_LIVE, n), dv_account_release(&c->own, n);
 }
 
 /* ---- pointer -> record hash ---- */
@@ -260,29 +262,34 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
       atomic_store_explicit(&b->state, LIVE, memory_order_relaxed);
       if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-      dv_account_move(&self->account->cached, &self->account->live, b->rsize);
+      dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize);
       *out = b->ptr;
       return DEVRT_OK;
     }
     atomic_fetch_add_explicit(&s->misses, 1, memory_order_relaxed);
   }
   void* p = NULL;
-  DV_CHECK(devrt_resource_allocate(self->upstream, (size_t)cls, stream, tag, &p));
-  devrt_status st = DEVRT_OK;
+  uint64_t rsize = dv_round(self->account, (size_t)cls);
+  if (!own_admit(c, rsize)) return dv_account_refuse(&c->own, "caching allocate", size, rsize, tag);
+  devrt_status st = devrt_resource_allocate(self->upstream, (size_t)cls, stream, tag, &p);
+  if (st != DEVRT_OK) {
+    own_rollback(c, rsize);
+    return st;
+  }
   if (!(b = calloc(1, sizeof *b))) {
     st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for a block record");
   } else {
-    b->ptr = p, b->cls = cls, b->rsize = dv_round(self->account, (size_t)cls), b->cidx = (unsigned char)ci;
+    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci;
     atomic_init(&b->req, size);
     atomic_init(&b->state, LIVE);
     st = hash_insert(c, b);
   }
   if (st != DEVRT_OK) {
     free(b);
-    devrt_resource_deallocate(self->upstream, p, (size_t)cls, stream);
+    if (devrt_resource_deallocate(self->upstream, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
     return st;
   }
-  own_held(c, b->rsize, true);
+  if (self->account == &c->own) dv_account_add(&c->own, DV_LIVE, rsize);
   *out = p;
   return DEVRT_OK;
 }
@@ -320,13 +327,13 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
 
   slot* s = &c->slots[DV_SID_SLOT(stream)];
   if (keep) {
-    dv_account_move(&self->account->live, &self->account->cached, b->rsize); /* before it is visible */
+    dv_account_move(self->account, DV_LIVE, DV_CACHED, b->rsize); /* before it is visible */
     lock(&s->mu);
     if (!s->l && !(s->l = calloc(1, sizeof *s->l))) keep = false;
     else s->bs = bs, push_head(s, b);
     unlock(&s->mu);
     if (keep) return DEVRT_OK;
-    dv_account_move(&self->account->cached, &self->account->live, b->rsize); /* no lists: pass it on */
+    dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize); /* no lists: pass it on */
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     hash_remove(c, b);
   }
@@ -336,7 +343,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     if (hash_insert(c, b) != DEVRT_OK) free(b);
     return st;
   }
-  own_held(c, b->rsize, false);
+  own_release(c, b->rsize);
   free(b);
   return DEVRT_OK;
 }
@@ -384,17 +391,17 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
       /* Cached -> pending through the leaf's live figure. A budget reads cached + pending, so the
        * bytes leave `cached` only after the leaf's free has added them to `pending`. */
-      atomic_fetch_add_explicit(&self->account->live, b->rsize, memory_order_relaxed);
+      dv_account_add(self->account, DV_LIVE, b->rsize);
       hash_remove(c, b);
       st = devrt_resource_deallocate(self->upstream, b->ptr, (size_t)b->cls, tid);
       if (st == DEVRT_OK) {
-        atomic_fetch_sub_explicit(&self->account->cached, b->rsize, memory_order_relaxed);
-        own_held(c, b->rsize, false);
+        dv_account_sub(self->account, DV_CACHED, b->rsize);
+        own_release(c, b->rsize);
         *bytes += b->rsize;
         free(b);
         continue;
       }
-      atomic_fetch_sub_explicit(&self->account->live, b->rsize, memory_order_relaxed); /* still cached */
+      dv_account_sub(self->account, DV_LIVE, b->rsize); /* still cached */
       if (first == DEVRT_OK) first = st;
       if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
         free(b);
@@ -426,7 +433,7 @@ static devrt_status caching_query(devrt_resource* self, devrt_resource_figures* 
     out->cache_hits += atomic_load_explicit(&c->slots[i].hits, memory_order_relaxed);
     out->cache_misses += atomic_load_explicit(&c->slots[i].misses, memory_order_relaxed);
   }
-  if (self->account == &c->own) out->cached_bytes = atomic_load_explicit(&c->own.cached, memory_order_relaxed);
+  if (self->account == &c->own) out->cached_bytes = dv_account_sum(&c->own, DV_CACHED);
   return DEVRT_OK;
 }
 
@@ -486,7 +493,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
     return st;
   }
   if (opts) c->o = *opts;
-  if (!c->base.account) c->base.account = &c->own, c->own.granularity = 256;
+  if (!c->base.account) dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
   c->slots = sl, c->nslots = rt->nslots;
   for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1;

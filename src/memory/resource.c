@@ -1,8 +1,45 @@
 /* resource.c: the resource head (init, reference counting) and the checked public entry points
  * that every resource, devrt's or a user's, is called through. */
+#include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include "../core/runtime.h"
 #include "account.h"
+
+/* ---- the shared account (account.h) ---- */
+
+_Thread_local unsigned dv_tshard;
+static _Atomic unsigned next_shard;
+
+unsigned dv_shard_assign(void) {
+  dv_tshard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % DV_SHARDS + 1;
+  return dv_tshard - 1;
+}
+
+void dv_account_init(dv_mem_account* a) {
+  memset(a, 0, sizeof *a);
+  atomic_init(&a->limit, UINT64_MAX);
+}
+
+dv_mem_account* dv_account_new(void) {
+  dv_mem_account* a = aligned_alloc(_Alignof(dv_mem_account), sizeof *a);
+  if (a) dv_account_init(a);
+  return a;
+}
+
+uint64_t dv_account_sum(const dv_mem_account* a, int fig) {
+  uint64_t n = 0;
+  for (unsigned i = 0; i < DV_SHARDS; i++) n += atomic_load_explicit(&a->sh[i].f[fig], memory_order_relaxed);
+  return n > UINT64_MAX / 2 ? 0 : n;
+}
+
+devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n, const char* tag) {
+  return dv_fail(DEVRT_ERR_OVER_BUDGET,
+                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
+                 ", cached %" PRIu64 ", limit %" PRIu64, who, size, n, tag ? tag : "untagged", dv_account_sum(a, DV_LIVE),
+                 dv_account_sum(a, DV_PENDING), dv_account_sum(a, DV_CACHED),
+                 atomic_load_explicit(&a->limit, memory_order_relaxed));
+}
 
 devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vt, const char* name,
                                  devrt_runtime* rt, devrt_resource* upstream) {

@@ -17,11 +17,14 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "simple allocate"));
+  uint64_t n = dv_round(self->account, size);
+  if (!dv_account_admit(self->account, n)) return dv_account_refuse(self->account, "simple allocate", size, n, tag);
   void* p = NULL;
-  DV_CHECK(rt->be->mem_alloc(rt->dev, size, &p));
-  devrt_status st = dv_live_track(r->live, self->account, "simple allocate", p, size, tag);
-  if (st != DEVRT_OK) {
+  devrt_status st = rt->be->mem_alloc(rt->dev, size, &p);
+  if (st == DEVRT_OK && (st = dv_live_track(r->live, self->account, "simple allocate", p, size, tag)) != DEVRT_OK)
     rt->be->mem_free(rt->dev, p); /* the table's error is the one reported */
+  if (st != DEVRT_OK) {
+    dv_account_release(self->account, n);
     return st;
   }
   *out = p;
@@ -39,8 +42,8 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
   if (st == DEVRT_OK) st = rt->be->mem_free(rt->dev, p);
   dv_live_settle(r->live, p, st == DEVRT_OK);
   if (st != DEVRT_OK) return st;
-  atomic_fetch_sub_explicit(&self->account->live, rounded, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&self->account->held, rounded, memory_order_relaxed);
+  dv_account_sub(self->account, DV_LIVE, rounded);
+  dv_account_release(self->account, rounded);
   return DEVRT_OK;
 }
 
@@ -81,7 +84,7 @@ devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** ou
   DV_RT_CHECK(rt, "devrt_simple_resource_create");
   DV_ARG_CHECK(out, "devrt_simple_resource_create", "out is NULL");
   simple_res* r = calloc(1, sizeof *r);
-  dv_mem_account* acc = calloc(1, sizeof *acc);
+  dv_mem_account* acc = dv_account_new();
   if (!r || !acc) {
     free(r), free(acc);
     return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_simple_resource_create: out of host memory");

@@ -87,7 +87,10 @@ int main(void) {
   CHECK_OK(devrt_resource_deallocate(b, p, limit, s));
   CHECK_STATUS(devrt_resource_allocate(b, MiB, s, "while-busy", &q), DEVRT_ERR_OVER_BUDGET);
   CHECK(fig(b).pending_bytes == limit);
+  /* bw, stacked over leaf that b owns, counts only what passes through it (available: its whole
+   * limit), while leaf still refuses past b's limit; bw's ladder then waits for the free. */
   devrt_resource* bw = budget_over(leaf, limit, true, NULL, NULL);
+  CHECK(fig(bw).available_bytes == limit && fig(bw).live_bytes == 0);
   CHECK_OK(devrt_resource_allocate(bw, MiB, s, "waited", &q));
   CHECK(fig(bw).pending_bytes == 0);
   CHECK_OK(devrt_resource_deallocate(bw, q, MiB, s));
@@ -107,6 +110,8 @@ int main(void) {
   CHECK_OK(devrt_resource_deallocate(bf, q, 2 * MiB, s));
   CHECK_OK(devrt_resource_reap(bf, DEVRT_REAP_WAIT, NULL));
   devrt_resource_release(bf);
+
+  devrt_resource_release(b); /* the parent below owns leaf's account from here on */
 
   /* Nested: a 2 MiB child under a 5 MiB parent refuses 4 MiB; the parent refuses the child when
    * the parent is full although the child has room. */
@@ -132,8 +137,10 @@ int main(void) {
 
   /* Trim under pressure: cached blocks are given back (their frees are stream-ordered, so the
    * budget waits for them: wait_for_pending) and a new size fits. */
-  devrt_resource* cache;
-  REQUIRE_OK(devrt_caching_resource_create(leaf, NULL, &cache));
+  devrt_resource *cache, *leaf2; /* a stack of its own: b still owns leaf's account */
+  REQUIRE_OK(devrt_async_resource_create(rt, &leaf2));
+  REQUIRE_OK(devrt_caching_resource_create(leaf2, NULL, &cache));
+  devrt_resource_release(leaf2); /* cache holds it */
   devrt_resource* bc = budget_over(cache, 4 * MiB, true, NULL, NULL);
   void* blocks[4];
   for (int i = 0; i < 4; i++) CHECK_OK(devrt_resource_allocate(bc, MiB, s, "cached", &blocks[i]));
@@ -149,7 +156,6 @@ int main(void) {
   CHECK(f.cached_bytes == 0 && f.pending_bytes == 0 && f.live_bytes == 0);
   devrt_resource_release(bc);
   devrt_resource_release(cache);
-  devrt_resource_release(b);
 
   /* Bad input. */
   devrt_budget_options zero = {0};

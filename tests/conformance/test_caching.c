@@ -13,15 +13,18 @@ typedef struct fake {
 } fake;
 
 static devrt_status fake_alloc(devrt_resource* r, size_t size, devrt_stream sid, const char* tag, void** out) {
-  (void)tag;
   fake* f = (fake*)r;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(r->rt, sid, &s, "fake allocate"));
   if (atomic_exchange(&f->fail_next, 0)) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: injected");
   uint64_t n = dv_round(&f->acct, size);
+  if (!dv_account_admit(&f->acct, n)) return dv_account_refuse(&f->acct, "fake allocate", size, n, tag);
   void* p = aligned_alloc(256, n);
-  if (!p) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: out of host memory");
-  atomic_fetch_add(&f->acct.live, n);
+  if (!p) {
+    dv_account_release(&f->acct, n);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: out of host memory");
+  }
+  dv_account_add(&f->acct, DV_LIVE, n);
   atomic_fetch_add(&f->allocs, 1);
   *out = p;
   return DEVRT_OK;
@@ -31,7 +34,8 @@ static devrt_status fake_free(devrt_resource* r, void* p, size_t size, devrt_str
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(r->rt, sid, &s, "fake deallocate"));
   DV_CHECK(r->rt->be->stream_sync(s)); /* work queued before the free may still use p */
-  atomic_fetch_sub(&f->acct.live, dv_round(&f->acct, size));
+  dv_account_sub(&f->acct, DV_LIVE, dv_round(&f->acct, size));
+  dv_account_release(&f->acct, dv_round(&f->acct, size));
   atomic_fetch_add(&f->frees, 1);
   free(p);
   return DEVRT_OK;
@@ -49,7 +53,9 @@ static void fake_destroy(devrt_resource* r) { free(r); }
 static const devrt_resource_vtable fake_vt = {fake_alloc, fake_free, fake_query, NULL, fake_trim, fake_destroy};
 
 static devrt_resource* make_fake(devrt_runtime* rt, fake** fo) {
-  fake* f = calloc(1, sizeof *f);
+  fake* f = aligned_alloc(_Alignof(fake), sizeof *f);
+  memset(f, 0, sizeof *f);
+  dv_account_init(&f->acct);
   REQUIRE_OK(devrt_resource_init(&f->base, &fake_vt, "fake", rt, NULL));
   f->acct.granularity = 256;
   f->base.account = &f->acct;
@@ -325,7 +331,7 @@ int main(void) {
   devrt_resource* c = NULL;
   CHECK_STATUS(devrt_caching_resource_create(up, NULL, NULL), DEVRT_ERR_INVALID_ARGUMENT);
   suite(rt, up, f, !t_is_cuda(rt)); /* fake memory is host memory: kernels on the host backend only */
-  CHECK(atomic_load(&f->allocs) == atomic_load(&f->frees) && atomic_load(&f->acct.live) == 0);
+  CHECK(atomic_load(&f->allocs) == atomic_load(&f->frees) && dv_account_sum(&f->acct, DV_LIVE) == 0);
   CHECK_OK(devrt_caching_resource_create(up, NULL, &c)); /* opts NULL: defaults */
   CHECK_OK(devrt_resource_release(c));
   CHECK_OK(devrt_resource_release(up));
