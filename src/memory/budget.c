@@ -59,7 +59,13 @@ static bool relieve(budget* b, int step, devrt_status* st) {
   return true;
 }
 
-static devrt_status try_allocate(budget* b, size_t size, uint64_t n, devrt_stream stream, const char* tag, void** out) {
+static uint64_t charge(budget* b, size_t size) {
+  dv_mem_account* a = b->r.account;
+  return a && a->charge ? a->charge(a, size) : dv_round(a, size);
+}
+
+static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out) {
+  uint64_t n = b->owns ? 0 : charge(b, size); /* an owner's leaves charge what they take */
   for (int step = 0;; step++) {
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
     bool refused_here = !b->owns && !admit(b, n);
@@ -69,21 +75,15 @@ static devrt_status try_allocate(budget* b, size_t size, uint64_t n, devrt_strea
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
     devrt_status rs = DEVRT_OK;
-    if (!relieve(b, step, &rs)) return refused_here || b->owns ? over(b, size, n, tag) : s; /* else upstream's */
+    if (!relieve(b, step, &rs)) return refused_here || b->owns ? over(b, size, charge(b, size), tag) : s; /* else upstream's */
     if (rs != DEVRT_OK) return rs;
   }
 }
 
-static uint64_t charge(budget* b, size_t size) {
-  dv_mem_account* a = b->r.account;
-  return a && a->charge ? a->charge(a, size) : dv_round(a, size);
-}
-
 static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
   budget* b = (budget*)r;
-  uint64_t n = charge(b, size);
   for (int attempt = 0;; attempt++) {
-    devrt_status s = try_allocate(b, size, n, stream, tag, out);
+    devrt_status s = try_allocate(b, size, stream, tag, out);
     if (s == DEVRT_OK) return DEVRT_OK;
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;

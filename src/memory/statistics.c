@@ -1,11 +1,14 @@
 /* statistics.c: statistics decorator: bytes and allocation counts {current, peak, total}, overall and
  * per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes). Counters
  * rise after upstream's allocate succeeded and fall before upstream's deallocate runs (restored if it
- * refuses), so threads racing on a recycled address never count it twice. Overall counters are
- * lock-free atomics; tags sit in a fixed table read lock-free (entries are published with a release
- * store of the count; adding one takes a mutex; tags past the table share "(other)"); a sharded
- * pointer map (ptr -> requested size, tag) tells a free what to subtract. */
+ * refuses), so threads racing on a recycled address never count it twice. Counters are sharded by
+ * thread (each thread writes its own cache line; st_grow keeps the peak); tags sit in a fixed table
+ * read lock-free (entries are published with a release store of the count; adding one takes a mutex;
+ * tags past the table share "(other)"); a sharded pointer map (ptr -> requested size, tag, shard)
+ * tells a free what to subtract, and where. */
 #include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
@@ -13,12 +16,18 @@
 
 #define ST_TAGS 64   /* distinct tags with their own entry */
 #define ST_SHARDS 64 /* pointer-map shards (power of 2) */
+#define ST_CELLS DV_SHARDS /* counter shards: one per thread shard */
 
-typedef struct st_counter {
-  _Atomic int64_t current, peak, total;
-} st_counter;
+/* One thread shard of one pair's counters ([0] bytes, [1] count): a cache line of its own. cur
+ * and total are exact as sums over the shards (a free subtracts on the shard that allocated);
+ * mark and hi serve the peak (st_grow). */
+typedef struct st_cell {
+  _Alignas(64) _Atomic int64_t cur[2], total[2], mark[2], hi[2];
+} st_cell;
 typedef struct st_pair {
-  st_counter bytes, count;
+  st_cell* cells; /* ST_CELLS */
+  _Atomic int64_t peak[2];
+  int collide;    /* consecutive st_grow calls whose marks did not fit (under grow_mu) */
 } st_pair;
 typedef struct st_tag {
   const char* name; /* written before the entry is published */
@@ -28,19 +37,27 @@ typedef struct st_ent {
   uintptr_t key; /* 0: empty */
   uint64_t size;
   st_pair* tag;
+  unsigned shard; /* the allocating thread's */
 } st_ent;
 typedef struct st_shard {
-  pthread_mutex_t mu;
-  st_ent* e; /* open addressing, linear probing, load <= 1/2 */
+  _Alignas(64) _Atomic bool mu; /* a test-and-test-and-set lock over a few probes */
+  st_ent* e;                    /* open addressing, linear probing, load <= 1/2 */
   size_t cap, n;
-  char pad[64];
 } st_shard;
+
+static void sh_lock(st_shard* sh) {
+  while (atomic_exchange_explicit(&sh->mu, true, memory_order_acquire))
+    for (unsigned n = 0; atomic_load_explicit(&sh->mu, memory_order_relaxed);)
+      if (++n % 64 == 0) sched_yield();
+}
+static void sh_unlock(st_shard* sh) { atomic_store_explicit(&sh->mu, false, memory_order_release); }
 
 typedef struct dv_stats {
   devrt_resource base;
   st_pair all;
-  pthread_mutex_t tag_mu; /* serialises adding a tag */
-  _Atomic unsigned ntags; /* published entries of tags[] */
+  pthread_mutex_t tag_mu;  /* serialises adding a tag */
+  pthread_mutex_t grow_mu; /* serialises st_grow */
+  _Atomic unsigned ntags;  /* published entries of tags[] */
   st_tag tags[ST_TAGS];
   st_pair other;
   st_shard shards[ST_SHARDS];
@@ -50,37 +67,97 @@ static const devrt_resource_vtable st_vtable;
 
 /* ---- counters ---- */
 
-static void st_max(_Atomic int64_t* peak, int64_t v) {
-  int64_t p = atomic_load_explicit(peak, memory_order_relaxed);
-  while (v > p && !atomic_compare_exchange_weak_explicit(peak, &p, v, memory_order_relaxed, memory_order_relaxed)) {
+static bool st_pair_init(st_pair* p) {
+  p->cells = aligned_alloc(64, sizeof(st_cell) * ST_CELLS);
+  if (p->cells) memset(p->cells, 0, sizeof(st_cell) * ST_CELLS);
+  return p->cells != NULL;
+}
+
+static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
+static void st(_Atomic int64_t* x, int64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
+static int64_t sum(const st_pair* p, size_t field, int k) { /* field: offsetof the st_cell member */
+  int64_t n = 0;
+  for (unsigned i = 0; i < ST_CELLS; i++) n += ld((_Atomic int64_t*)((char*)&p->cells[i] + field) + k);
+  return n;
+}
+
+/* The peak without a shared counter on the hot path. Each shard has a mark; while every shard's
+ * current stays at or under its mark and the marks sum to at most the peak, the sum of the
+ * currents cannot pass the peak, so an allocation only compares its own shard's current with its
+ * own mark. One that passes it comes here: the exact sum raises the peak, then every shard gets
+ * its recent high (hi, since the last call) as its mark where those fit under the peak. Where they
+ * do not, the marks are the currents and this shard gets the headroom, which keeps the peak exact;
+ * only after 8 such calls in a row (threads keep passing each other's marks) is the peak raised to
+ * the sum of the recent highs, so that threads stop meeting here: an upper bound by at most each
+ * thread's recent swing. With one thread at a time the peak is exact. */
+static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
+  pthread_mutex_lock(&S->grow_mu);
+  int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
+  for (unsigned i = 0; i < ST_CELLS; i++)
+    for (int k = 0; k < 2; k++) {
+      cur[i][k] = ld(&p->cells[i].cur[k]);
+      int64_t hi = ld(&p->cells[i].hi[k]);
+      want[i][k] = hi > cur[i][k] ? hi : cur[i][k];
+      tot[k] += cur[i][k], wsum[k] += want[i][k];
+    }
+  bool fit = true;
+  for (int k = 0; k < 2; k++) {
+    P[k] = ld(&p->peak[k]);
+    if (tot[k] > P[k]) P[k] = tot[k];
+    fit = fit && wsum[k] <= P[k];
   }
+  bool raise = !fit && ++p->collide >= 8;
+  if (fit || raise) p->collide = 0;
+  for (int k = 0; k < 2; k++) {
+    if (raise && wsum[k] > P[k]) P[k] = wsum[k];
+    st(&p->peak[k], P[k]);
+    for (unsigned i = 0; i < ST_CELLS; i++) {
+      int64_t m = fit || raise ? want[i][k] : i == s ? cur[i][k] + (P[k] - tot[k]) : cur[i][k];
+      st(&p->cells[i].mark[k], m);
+      st(&p->cells[i].hi[k], cur[i][k]);
+    }
+  }
+  pthread_mutex_unlock(&S->grow_mu);
 }
 
-static void st_counter_add(st_counter* c, int64_t n, bool total) {
-  st_max(&c->peak, atomic_fetch_add_explicit(&c->current, n, memory_order_relaxed) + n);
-  if (total) atomic_fetch_add_explicit(&c->total, n, memory_order_relaxed);
+/* An allocation of `size` appears on this thread's shard (total: a new one, not a refused free
+ * being restored); returns the shard. */
+static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
+  unsigned s = dv_shard() % ST_CELLS;
+  st_cell* c = &p->cells[s];
+  int64_t d[2] = {(int64_t)size, 1};
+  bool over = false;
+  for (int k = 0; k < 2; k++) {
+    int64_t v = atomic_fetch_add_explicit(&c->cur[k], d[k], memory_order_relaxed) + d[k];
+    if (total) atomic_fetch_add_explicit(&c->total[k], d[k], memory_order_relaxed);
+    if (v > ld(&c->hi[k])) st(&c->hi[k], v);
+    over = over || v > ld(&c->mark[k]);
+  }
+  if (over) st_grow(S, p, s);
+  return s;
 }
 
-/* An allocation of `size` appears (total: a new one, not a refused free being restored). */
-static void st_add(st_pair* p, uint64_t size, bool total) {
-  st_counter_add(&p->bytes, (int64_t)size, total);
-  st_counter_add(&p->count, 1, total);
+static void st_sub(st_pair* p, unsigned shard, uint64_t size) {
+  atomic_fetch_sub_explicit(&p->cells[shard].cur[0], (int64_t)size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&p->cells[shard].cur[1], 1, memory_order_relaxed);
 }
 
-static void st_sub(st_pair* p, uint64_t size) {
-  atomic_fetch_sub_explicit(&p->bytes.current, (int64_t)size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&p->count.current, 1, memory_order_relaxed);
+static devrt_memory_counter st_read(const st_pair* p, int k) {
+  int64_t cur = sum(p, offsetof(st_cell, cur), k), peak = ld((_Atomic int64_t*)&p->peak[k]);
+  return (devrt_memory_counter){cur, peak > cur ? peak : cur, sum(p, offsetof(st_cell, total), k)};
 }
 
-static devrt_memory_counter st_read(st_counter* c) {
-  return (devrt_memory_counter){atomic_load_explicit(&c->current, memory_order_relaxed),
-                                atomic_load_explicit(&c->peak, memory_order_relaxed),
-                                atomic_load_explicit(&c->total, memory_order_relaxed)};
-}
-
-static void st_reset(st_pair* p) {
-  atomic_store_explicit(&p->bytes.peak, atomic_load_explicit(&p->bytes.current, memory_order_relaxed), memory_order_relaxed);
-  atomic_store_explicit(&p->count.peak, atomic_load_explicit(&p->count.current, memory_order_relaxed), memory_order_relaxed);
+static void st_reset(dv_stats* S, st_pair* p) {
+  pthread_mutex_lock(&S->grow_mu);
+  for (int k = 0; k < 2; k++) {
+    st(&p->peak[k], sum(p, offsetof(st_cell, cur), k));
+    for (unsigned i = 0; i < ST_CELLS; i++) {
+      int64_t c = ld(&p->cells[i].cur[k]);
+      st(&p->cells[i].mark[k], c), st(&p->cells[i].hi[k], c);
+    }
+  }
+  p->collide = 0;
+  pthread_mutex_unlock(&S->grow_mu);
 }
 
 /* ---- tags ---- */
@@ -98,7 +175,7 @@ static st_pair* st_tag_of(dv_stats* S, const char* tag) {
   pthread_mutex_lock(&S->tag_mu);
   if (!(p = st_find(S, tag))) {
     unsigned n = atomic_load_explicit(&S->ntags, memory_order_relaxed);
-    if (n < ST_TAGS) {
+    if (n < ST_TAGS && st_pair_init(&S->tags[n].c)) {
       S->tags[n].name = tag;
       p = &S->tags[n].c;
       atomic_store_explicit(&S->ntags, n + 1, memory_order_release);
@@ -178,17 +255,17 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   uintptr_t k = (uintptr_t)*out;
   st_shard* sh = st_shard_of(S, k);
-  pthread_mutex_lock(&sh->mu);
-  bool ok = st_insert(sh, (st_ent){k, size, t});
-  pthread_mutex_unlock(&sh->mu);
+  sh_lock(sh);
+  bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard() % ST_CELLS});
+  sh_unlock(sh);
   if (!ok) {
     devrt_resource_deallocate(self->upstream, *out, size, stream);
     *out = NULL;
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
                    tag ? tag : "untagged");
   }
-  st_add(&S->all, size, true);
-  st_add(t, size, true);
+  st_add(S, &S->all, size, true);
+  st_add(S, t, size, true);
   return DEVRT_OK;
 }
 
@@ -197,20 +274,21 @@ static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, 
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
-  pthread_mutex_lock(&sh->mu);
+  sh_lock(sh);
   bool known = st_remove(sh, k, &e);
-  pthread_mutex_unlock(&sh->mu);
+  sh_unlock(sh);
   if (!known) return devrt_resource_deallocate(self->upstream, ptr, size, stream); /* upstream refuses it */
-  st_sub(&S->all, e.size);
-  st_sub(e.tag, e.size);
+  st_sub(&S->all, e.shard, e.size);
+  st_sub(e.tag, e.shard, e.size);
   devrt_status s = devrt_resource_deallocate(self->upstream, ptr, size, stream);
   if (s != DEVRT_OK) { /* refused: the allocation is still there */
-    pthread_mutex_lock(&sh->mu);
+    sh_lock(sh);
+    e.shard = dv_shard() % ST_CELLS; /* restored on this thread's shard */
     bool back = st_insert(sh, e);
-    pthread_mutex_unlock(&sh->mu);
+    sh_unlock(sh);
     if (back) {
-      st_add(&S->all, e.size, false);
-      st_add(e.tag, e.size, false);
+      st_add(S, &S->all, e.size, false);
+      st_add(S, e.tag, e.size, false);
     }
   }
   return s;
@@ -219,18 +297,19 @@ static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, 
 static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) {
   dv_stats* S = (dv_stats*)self;
   DV_CHECK(devrt_resource_query(self->upstream, out));
-  out->bytes = st_read(&S->all.bytes);
-  out->count = st_read(&S->all.count);
+  out->bytes = st_read(&S->all, 0);
+  out->count = st_read(&S->all, 1);
   return DEVRT_OK;
 }
 
 static void st_destroy(devrt_resource* self) {
   dv_stats* S = (dv_stats*)self;
-  for (int i = 0; i < ST_SHARDS; i++) {
-    pthread_mutex_destroy(&S->shards[i].mu);
-    free(S->shards[i].e);
-  }
+  for (int i = 0; i < ST_SHARDS; i++) free(S->shards[i].e);
   pthread_mutex_destroy(&S->tag_mu);
+  pthread_mutex_destroy(&S->grow_mu);
+  unsigned n = atomic_load_explicit(&S->ntags, memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++) free(S->tags[i].c.cells);
+  free(S->all.cells), free(S->other.cells);
   free(S);
 }
 
@@ -240,10 +319,15 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_statistics_resource_create");
-  dv_stats* S = calloc(1, sizeof *S);
+  dv_stats* S = aligned_alloc(_Alignof(dv_stats), sizeof *S);
+  if (S) memset(S, 0, sizeof *S);
   if (!S) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
-  for (int i = 0; i < ST_SHARDS; i++) pthread_mutex_init(&S->shards[i].mu, NULL);
+  pthread_mutex_init(&S->grow_mu, NULL);
+  if (!st_pair_init(&S->all) || !st_pair_init(&S->other)) {
+    st_destroy(&S->base);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
+  }
   devrt_status s = devrt_resource_init(&S->base, &st_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
@@ -260,7 +344,7 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
   dv_stats* S = (dv_stats*)r;
   st_pair* p = !tag ? &S->all : st_find(S, tag);
   if (!p && !strcmp(tag, "(other)")) p = &S->other;
-  *out = p ? (devrt_memory_stats){st_read(&p->bytes), st_read(&p->count)} : (devrt_memory_stats){{0}, {0}};
+  *out = p ? (devrt_memory_stats){st_read(p, 0), st_read(p, 1)} : (devrt_memory_stats){{0}, {0}};
   return DEVRT_OK;
 }
 
@@ -269,9 +353,9 @@ devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   DV_ARG_CHECK(r->vtable == &st_vtable, "devrt_statistics_reset_peaks", "resource %p is a %s layer, not statistics",
                (void*)r, r->name);
   dv_stats* S = (dv_stats*)r;
-  st_reset(&S->all);
+  st_reset(S, &S->all);
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
-  for (unsigned i = 0; i < n; i++) st_reset(&S->tags[i].c);
-  st_reset(&S->other);
+  for (unsigned i = 0; i < n; i++) st_reset(S, &S->tags[i].c);
+  st_reset(S, &S->other);
   return DEVRT_OK;
 }

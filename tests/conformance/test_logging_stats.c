@@ -594,6 +594,52 @@ static devrt_resource* async_new(devrt_runtime* rt) {
   return r;
 }
 
+/* The peak with counters sharded by thread: threads taking turns stay exact, including main
+ * allocating again at its own earlier high while another thread holds a block; a block allocated
+ * on one thread and freed on another leaves every current at zero. */
+typedef struct turn { devrt_resource* S; devrt_stream s; void* p; bool free_it; devrt_status st; } turn;
+static void* take_turn(void* arg) {
+  turn* t = arg;
+  if (t->free_it) t->st = devrt_resource_deallocate(t->S, t->p, 1000, t->s);
+  else t->st = devrt_resource_allocate(t->S, 1000, t->s, "turns", &t->p);
+  return NULL;
+}
+static void run_turn(turn* t, bool free_it) { /* on a new thread */
+  pthread_t th;
+  t->free_it = free_it;
+  pthread_create(&th, NULL, take_turn, t);
+  pthread_join(th, NULL);
+  CHECK_OK(t->st);
+}
+static void test_stats_turns(devrt_resource* up, devrt_stream s) {
+  devrt_resource* S;
+  REQUIRE_OK(devrt_statistics_resource_create(up, &S));
+  turn a = {S, s, NULL, false, DEVRT_OK}, b = a;
+  void* q;
+  devrt_memory_stats st;
+  CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q));
+  CHECK_OK(devrt_resource_deallocate(S, q, 1000, s));
+  run_turn(&a, false);
+  CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q)); /* main's own high again */
+  CHECK_OK(devrt_resource_deallocate(S, q, 1000, s));
+  stats_of(S, "turns", &st); /* the peak of 2 was reached while main held q */
+  CHECK(st.count.current == 1 && st.count.peak == 2 && st.bytes.peak == 2000 && st.count.total == 3);
+  CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q));
+  run_turn(&b, false);
+  stats_of(S, NULL, &st);
+  CHECK(st.count.current == 3 && st.count.peak == 3 && st.bytes.peak == 3000);
+  turn c = {S, s, q, false, DEVRT_OK}; /* main's block, freed by another thread */
+  run_turn(&c, true);
+  run_turn(&a, true);
+  run_turn(&b, true);
+  stats_of(S, NULL, &st);
+  CHECK(st.count.current == 0 && st.bytes.current == 0 && st.count.peak == 3 && st.count.total == 5);
+  CHECK_OK(devrt_statistics_reset_peaks(S));
+  stats_of(S, "turns", &st);
+  CHECK(st.count.peak == 0 && st.bytes.peak == 0);
+  CHECK_OK(devrt_resource_release(S));
+}
+
 static void suite(devrt_runtime* rt, const char* name, maker mk) {
   devrt_stream s;
   REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
@@ -606,6 +652,7 @@ static void suite(devrt_runtime* rt, const char* name, maker mk) {
   test_logging_errors(rt, up, s);
   test_stats_sequence(up, s);
   test_stats_stacked(up, s);
+  test_stats_turns(up, s);
   CHECK_OK(devrt_stream_synchronize(rt, s));
   test_threads(rt, up);
   CHECK_OK(devrt_resource_reap(up, DEVRT_REAP_WAIT, NULL));
