@@ -1,29 +1,36 @@
 /* async.c: the leaf on the runtime's stream-ordered pool (pool_alloc / pool_free), and the
  * sharded live-allocation table both leaves use (live_table.h). A free stays pending until a
  * reap observes an event recorded on its stream after it; events are amortised per batch. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
 #include "account.h"
 #include "live_table.h"
 
-/* ---- the live table: 64 shards, each a mutex over an open-addressing (linear probing) array ---- */
+/* ---- the live table: 1024 shards, each a spin lock over an open-addressing (linear probing) array ---- */
 
-enum { SHARDS = 64 };
+enum { SHARD_BITS = 10, SHARDS = 1 << SHARD_BITS };
 
 typedef struct entry {
   void* p; /* NULL: empty */
   size_t size;
   uint64_t rounded;
   const char* tag;
-  int claimed;
 } entry;
 
 typedef struct shard {
-  _Alignas(64) pthread_mutex_t mu; /* a cache line apart from its neighbours */
+  _Alignas(64) _Atomic bool mu; /* test-and-test-and-set: the sections are a few probes */
   entry* e;
   size_t cap, n; /* cap: 0 or a power of two */
 } shard;
+
+static void lock(shard* sh) {
+  while (atomic_exchange_explicit(&sh->mu, true, memory_order_acquire))
+    for (unsigned n = 0; atomic_load_explicit(&sh->mu, memory_order_relaxed);)
+      if (++n % 64 == 0) sched_yield();
+}
+static void unlock(shard* sh) { atomic_store_explicit(&sh->mu, false, memory_order_release); }
 
 struct dv_live_table { shard s[SHARDS]; };
 
@@ -33,15 +40,13 @@ static void* zalloc64(size_t size) { /* sizes are multiples of 64 (the members' 
 }
 
 static uint64_t hash_ptr(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
-static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> 58]; }
+static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> (64 - SHARD_BITS)]; }
 static size_t home(const shard* sh, const void* p) { return (size_t)(hash_ptr(p) >> 16) & (sh->cap - 1); }
 
-/* The entry of p in the given claim state. An address can be in the table twice: the pool may
- * hand a freed address out again (to another thread) before the free's claim is settled. */
-static entry* find(shard* sh, const void* p, int claimed) {
+static entry* find(shard* sh, const void* p) {
   if (!sh->cap) return NULL;
   for (size_t i = home(sh, p);; i = (i + 1) & (sh->cap - 1)) {
-    if (sh->e[i].p == p && sh->e[i].claimed == claimed) return &sh->e[i];
+    if (sh->e[i].p == p) return &sh->e[i];
     if (!sh->e[i].p) return NULL;
   }
 }
@@ -71,29 +76,25 @@ static void erase(shard* sh, entry* e) {
 devrt_status dv_live_create(const char* who, dv_live_table** out) {
   dv_live_table* t = zalloc64(sizeof *t);
   if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory for the live table", who);
-  for (int i = 0; i < SHARDS; i++) pthread_mutex_init(&t->s[i].mu, NULL);
   *out = t;
   return DEVRT_OK;
 }
 
 void dv_live_destroy(dv_live_table* t) {
   if (!t) return;
-  for (int i = 0; i < SHARDS; i++) {
-    pthread_mutex_destroy(&t->s[i].mu);
-    free(t->s[i].e);
-  }
+  for (int i = 0; i < SHARDS; i++) free(t->s[i].e);
   free(t);
 }
 
 devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t size, uint64_t rounded, const char* tag) {
   shard* sh = shard_of(t, p);
-  entry x = {p, size, rounded, tag, 0};
-  pthread_mutex_lock(&sh->mu);
+  entry x = {p, size, rounded, tag};
+  lock(sh);
   if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
     shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
     grown.e = calloc(grown.cap, sizeof *grown.e);
     if (!grown.e) {
-      pthread_mutex_unlock(&sh->mu);
+      unlock(sh);
       return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries",
                      who, grown.cap);
     }
@@ -104,7 +105,7 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
     sh->cap = grown.cap;
   }
   put(sh, &x);
-  pthread_mutex_unlock(&sh->mu);
+  unlock(sh);
   return DEVRT_OK;
 }
 
@@ -115,16 +116,16 @@ devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who,
   return DEVRT_OK;
 }
 
-devrt_status dv_live_claim(dv_live_table* t, const char* who, void* p, size_t size, uint64_t* rounded) {
+devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
   shard* sh = shard_of(t, p);
-  pthread_mutex_lock(&sh->mu);
-  entry* e = find(sh, p, 0);
+  lock(sh);
+  entry* e = find(sh, p);
   size_t recorded = e ? e->size : 0;
   if (e && e->size == size) {
-    e->claimed = 1;
-    *rounded = e->rounded;
+    *out = (dv_live_entry){e->rounded, e->tag};
+    erase(sh, e);
   }
-  pthread_mutex_unlock(&sh->mu);
+  unlock(sh);
   if (!recorded)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s deallocate: %p is not a live allocation of this resource (foreign pointer or double free)", who, p);
@@ -134,13 +135,8 @@ devrt_status dv_live_claim(dv_live_table* t, const char* who, void* p, size_t si
   return DEVRT_OK;
 }
 
-void dv_live_settle(dv_live_table* t, void* p, int remove) {
-  shard* sh = shard_of(t, p);
-  pthread_mutex_lock(&sh->mu);
-  entry* e = find(sh, p, 1);
-  if (e && remove) erase(sh, e);
-  else if (e) e->claimed = 0;
-  pthread_mutex_unlock(&sh->mu);
+void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e) {
+  dv_live_insert(t, "put back", p, size, e->rounded, e->tag); /* the take left room: it cannot grow */
 }
 
 /* ---- the async resource ---- */
@@ -298,11 +294,14 @@ static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size,
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "async deallocate"));
-  uint64_t rounded = 0;
-  DV_CHECK(dv_live_claim(a->live, "async", p, size, &rounded));
+  dv_live_entry e;
+  DV_CHECK(dv_live_take(a->live, "async", p, size, &e));
   devrt_status st = rt->be->pool_free(rt->dev, p, s);
-  dv_live_settle(a->live, p, st == DEVRT_OK);
-  if (st != DEVRT_OK) return st;
+  if (st != DEVRT_OK) {
+    dv_live_put_back(a->live, p, size, &e);
+    return st;
+  }
+  uint64_t rounded = e.rounded;
   dv_account_move(self->account, DV_LIVE, DV_PENDING, rounded);
   aslot* sl = &a->slots[DV_SID_SLOT(stream)];
   pthread_mutex_lock(&sl->mu);

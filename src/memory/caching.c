@@ -8,7 +8,8 @@
 #include "../core/runtime.h"
 #include "account.h"
 
-enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff, NSHARD = 64 }; /* classes 512 B .. 64 MiB */
+enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
+enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards: 16 threads rarely meet */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
@@ -94,7 +95,7 @@ static void own_release(cache* c, uint64_t n) { /* a live block went back upstre
 /* ---- pointer -> record hash ---- */
 
 static inline uint64_t hash_of(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
-static inline shard* shard_of(cache* c, uint64_t h) { return &c->sh[h >> 58]; }
+static inline shard* shard_of(cache* c, uint64_t h) { return &c->sh[h >> (64 - SHARD_BITS)]; }
 static inline blk** bucket(shard* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
 
 static blk** hash_find(shard* s, uint64_t h, const void* p) { /* s->mu held */

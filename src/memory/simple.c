@@ -36,12 +36,15 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "simple deallocate"));
-  uint64_t rounded = 0;
-  DV_CHECK(dv_live_claim(r->live, "simple", p, size, &rounded));
+  dv_live_entry e;
+  DV_CHECK(dv_live_take(r->live, "simple", p, size, &e));
   devrt_status st = rt->be->stream_sync(s);
   if (st == DEVRT_OK) st = rt->be->mem_free(rt->dev, p);
-  dv_live_settle(r->live, p, st == DEVRT_OK);
-  if (st != DEVRT_OK) return st;
+  if (st != DEVRT_OK) {
+    dv_live_put_back(r->live, p, size, &e);
+    return st;
+  }
+  uint64_t rounded = e.rounded;
   dv_account_sub(self->account, DV_LIVE, rounded);
   dv_account_release(self->account, rounded);
   return DEVRT_OK;

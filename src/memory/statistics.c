@@ -15,7 +15,8 @@
 #include "account.h"
 
 #define ST_TAGS 64   /* distinct tags with their own entry */
-#define ST_SHARDS 64 /* pointer-map shards (power of 2) */
+#define ST_SHARD_BITS 10
+#define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
 #define ST_CELLS DV_SHARDS /* counter shards: one per thread shard */
 
 /* One thread shard of one pair's counters ([0] bytes, [1] count): a cache line of its own. cur
@@ -199,7 +200,7 @@ static uint64_t st_hash(uintptr_t k) {
 }
 
 static st_shard* st_shard_of(dv_stats* S, uintptr_t k) { return &S->shards[st_hash(k) & (ST_SHARDS - 1)]; }
-static size_t st_home(const st_shard* sh, uintptr_t k) { return (size_t)(st_hash(k) >> 6) & (sh->cap - 1); }
+static size_t st_home(const st_shard* sh, uintptr_t k) { return (size_t)(st_hash(k) >> ST_SHARD_BITS) & (sh->cap - 1); }
 
 static void st_put(st_shard* sh, st_ent e) {
   size_t i = st_home(sh, e.key);
