@@ -41,6 +41,10 @@ extern _Thread_local unsigned dv_tshard;
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
 
+/* Zeroed host memory in whole cache lines: records and tables that different threads write must
+ * not share a line (resource.c). */
+void* dv_zalloc_lines(size_t size);
+
 /* A zeroed account with no owner (resource.c). */
 dv_mem_account* dv_account_new(void);
 void dv_account_init(dv_mem_account* a);

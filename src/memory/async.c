@@ -92,7 +92,7 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
   lock(sh);
   if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
     shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
-    grown.e = calloc(grown.cap, sizeof *grown.e);
+    grown.e = dv_zalloc_lines(grown.cap * sizeof *grown.e);
     if (!grown.e) {
       unlock(sh);
       return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries",

@@ -110,7 +110,7 @@ static devrt_status hash_insert(cache* c, blk* b) {
   lock(&s->mu);
   if (s->n >= s->nb) { /* grow (misses only: upstream was just called anyway) */
     size_t nb = s->nb ? s->nb * 2 : 64;
-    blk** nt = calloc(nb, sizeof *nt);
+    blk** nt = dv_zalloc_lines(nb * sizeof *nt);
     if (!nt) {
       unlock(&s->mu);
       return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for the block table");
@@ -277,7 +277,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
     own_rollback(c, rsize);
     return st;
   }
-  if (!(b = calloc(1, sizeof *b))) {
+  if (!(b = dv_zalloc_lines(sizeof *b))) { /* a line of its own: its stream's thread writes it */
     st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for a block record");
   } else {
     b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci;

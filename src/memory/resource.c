@@ -16,6 +16,12 @@ unsigned dv_shard_assign(void) {
   return dv_tshard - 1;
 }
 
+void* dv_zalloc_lines(size_t size) {
+  size = (size + 63) / 64 * 64;
+  void* p = aligned_alloc(64, size);
+  return p ? memset(p, 0, size) : NULL;
+}
+
 void dv_account_init(dv_mem_account* a) {
   memset(a, 0, sizeof *a);
   atomic_init(&a->limit, UINT64_MAX);

@@ -213,7 +213,7 @@ static void st_put(st_shard* sh, st_ent e) {
 static bool st_insert(st_shard* sh, st_ent e) {
   if ((sh->n + 1) * 2 > sh->cap) {
     size_t cap = sh->cap ? sh->cap * 2 : 64;
-    st_ent* ne = calloc(cap, sizeof *ne);
+    st_ent* ne = dv_zalloc_lines(cap * sizeof *ne);
     if (!ne) return false;
     st_shard old = *sh;
     sh->e = ne;
