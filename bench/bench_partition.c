@@ -149,10 +149,14 @@ static int cmp_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-static void lat_of(lat* l, double* v, int n) { /* v in ns; nearest-rank percentiles */
+static int p99_at(int n) { /* nearest rank of the 99th percentile in n sorted values */
+  int i = (99 * n + 99) / 100 - 1;
+  return i < 0 ? 0 : i;
+}
+
+static void lat_of(lat* l, double* v, int n) { /* v in ns */
   qsort(v, (size_t)n, sizeof *v, cmp_double);
-  int i99 = (99 * n + 99) / 100 - 1;
-  l->n = n, l->p50 = v[(n - 1) / 2] / 1e3, l->p99 = v[i99 < 0 ? 0 : i99] / 1e3, l->max = v[n - 1] / 1e3;
+  l->n = n, l->p50 = v[(n - 1) / 2] / 1e3, l->p99 = v[p99_at(n)] / 1e3, l->max = v[n - 1] / 1e3;
   l->ran = true;
 }
 
@@ -196,8 +200,7 @@ static void part_of(part* p, double* v, bool shift, const double* total, double 
   }
   memcpy(sorted, v, sizeof *v * (size_t)n);
   qsort(sorted, (size_t)n, sizeof *v, cmp_double);
-  int i99 = (99 * n + 99) / 100 - 1;
-  *p = (part){sorted[(n - 1) / 2] / 1e3, sorted[i99 < 0 ? 0 : i99] / 1e3, k ? sum / k / 1e3 : 0};
+  *p = (part){sorted[(n - 1) / 2] / 1e3, sorted[p99_at(n)] / 1e3, k ? sum / k / 1e3 : 0};
 }
 
 /* Splits the way's n samples (copies the kernel's stamps back on stream s), then lat_of. */
@@ -211,7 +214,7 @@ static int lat_parts(pctx* c, devrt_stream s, int n, lat* l) {
   memcpy(total, c->samp, sizeof *total * (size_t)n);
   memcpy(sorted, total, sizeof *total * (size_t)n);
   qsort(sorted, (size_t)n, sizeof *total, cmp_double);
-  double cut = sorted[(99 * n + 99) / 100 - 1 < 0 ? 0 : (99 * n + 99) / 100 - 1];
+  double cut = sorted[p99_at(n)];
   for (int k = 0; k < NPARTS; k++) {
     for (int i = 0; i < n; i++) {
       const uint64_t *t = c->ht[i], *st = c->hstamp + per * (size_t)i;

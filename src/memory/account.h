@@ -4,6 +4,7 @@
 #ifndef DEVRT_MEMORY_ACCOUNT_H
 #define DEVRT_MEMORY_ACCOUNT_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -40,6 +41,18 @@ struct dv_mem_account {
 extern _Thread_local unsigned dv_tshard;
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
+
+/* A test-and-test-and-set lock for the record tables and free lists: one atomic exchange to
+ * take, a plain store to give back (a pthread mutex costs two locked instructions). Sections are
+ * a few probes or pointer moves (the caching layer's cross-stream path also makes backend calls),
+ * so waiters yield after a short spin. */
+typedef _Atomic bool dv_spin;
+static inline void dv_spin_lock(dv_spin* l) {
+  while (atomic_exchange_explicit(l, true, memory_order_acquire))
+    for (unsigned n = 0; atomic_load_explicit(l, memory_order_relaxed);)
+      if (++n % 64 == 0) sched_yield();
+}
+static inline void dv_spin_unlock(dv_spin* l) { atomic_store_explicit(l, false, memory_order_release); }
 
 /* Zeroed host memory in whole cache lines: records and tables that different threads write must
  * not share a line (resource.c). */

@@ -1,7 +1,6 @@
 /* async.c: the leaf on the runtime's stream-ordered pool (pool_alloc / pool_free), and the
  * sharded live-allocation table both leaves use (live_table.h). A free stays pending until a
  * reap observes an event recorded on its stream after it; events are amortised per batch. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
@@ -20,24 +19,12 @@ typedef struct entry {
 } entry;
 
 typedef struct shard {
-  _Alignas(64) _Atomic bool mu; /* test-and-test-and-set: the sections are a few probes */
+  _Alignas(64) dv_spin mu;
   entry* e;
   size_t cap, n; /* cap: 0 or a power of two */
 } shard;
 
-static void lock(shard* sh) {
-  while (atomic_exchange_explicit(&sh->mu, true, memory_order_acquire))
-    for (unsigned n = 0; atomic_load_explicit(&sh->mu, memory_order_relaxed);)
-      if (++n % 64 == 0) sched_yield();
-}
-static void unlock(shard* sh) { atomic_store_explicit(&sh->mu, false, memory_order_release); }
-
 struct dv_live_table { shard s[SHARDS]; };
-
-static void* zalloc64(size_t size) { /* sizes are multiples of 64 (the members' alignment) */
-  void* p = aligned_alloc(64, size);
-  return p ? memset(p, 0, size) : NULL;
-}
 
 static uint64_t hash_ptr(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
 static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> (64 - SHARD_BITS)]; }
@@ -74,7 +61,7 @@ static void erase(shard* sh, entry* e) {
 }
 
 devrt_status dv_live_create(const char* who, dv_live_table** out) {
-  dv_live_table* t = zalloc64(sizeof *t);
+  dv_live_table* t = dv_zalloc_lines(sizeof *t);
   if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory for the live table", who);
   *out = t;
   return DEVRT_OK;
@@ -89,12 +76,12 @@ void dv_live_destroy(dv_live_table* t) {
 devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t size, uint64_t rounded, const char* tag) {
   shard* sh = shard_of(t, p);
   entry x = {p, size, rounded, tag};
-  lock(sh);
+  dv_spin_lock(&sh->mu);
   if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
     shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
     grown.e = dv_zalloc_lines(grown.cap * sizeof *grown.e);
     if (!grown.e) {
-      unlock(sh);
+      dv_spin_unlock(&sh->mu);
       return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries",
                      who, grown.cap);
     }
@@ -105,12 +92,17 @@ devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t s
     sh->cap = grown.cap;
   }
   put(sh, &x);
-  unlock(sh);
+  dv_spin_unlock(&sh->mu);
   return DEVRT_OK;
 }
 
-devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, const char* tag) {
-  uint64_t rounded = dv_round(a, size);
+devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded) {
+  *rounded = dv_round(a, size);
+  return dv_account_admit(a, *rounded) ? DEVRT_OK : dv_account_refuse(a, who, size, *rounded, tag);
+}
+
+devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
+                           const char* tag) {
   DV_CHECK(dv_live_insert(t, who, p, size, rounded, tag));
   dv_account_add(a, DV_LIVE, rounded);
   return DEVRT_OK;
@@ -118,14 +110,14 @@ devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who,
 
 devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
   shard* sh = shard_of(t, p);
-  lock(sh);
+  dv_spin_lock(&sh->mu);
   entry* e = find(sh, p);
   size_t recorded = e ? e->size : 0;
   if (e && e->size == size) {
     *out = (dv_live_entry){e->rounded, e->tag};
     erase(sh, e);
   }
-  unlock(sh);
+  dv_spin_unlock(&sh->mu);
   if (!recorded)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s deallocate: %p is not a live allocation of this resource (foreign pointer or double free)", who, p);
@@ -275,11 +267,11 @@ static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stre
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "async allocate"));
-  uint64_t n = dv_round(self->account, size);
-  if (!dv_account_admit(self->account, n)) return dv_account_refuse(self->account, "async allocate", size, n, tag);
+  uint64_t n = 0;
+  DV_CHECK(dv_live_admit(self->account, "async allocate", size, tag, &n));
   void* p = NULL;
   devrt_status st = rt->be->pool_alloc(rt->dev, size, s, &p);
-  if (st == DEVRT_OK && (st = dv_live_track(a->live, self->account, "async allocate", p, size, tag)) != DEVRT_OK)
+  if (st == DEVRT_OK && (st = dv_live_track(a->live, self->account, "async allocate", p, size, n, tag)) != DEVRT_OK)
     rt->be->pool_free(rt->dev, p, s); /* the table's error is the one reported */
   if (st != DEVRT_OK) {
     dv_account_release(self->account, n);
@@ -400,7 +392,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   DV_ARG_CHECK(out, "devrt_async_resource_create", "out is NULL");
   async_res* a = calloc(1, sizeof *a);
   dv_mem_account* acc = dv_account_new();
-  aslot* slots = zalloc64((size_t)rt->nslots * sizeof *slots);
+  aslot* slots = dv_zalloc_lines((size_t)rt->nslots * sizeof *slots);
   if (!a || !acc || !slots) {
     free(a), free(acc), free(slots);
     return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_async_resource_create: out of host memory (%u slots)", rt->nslots);

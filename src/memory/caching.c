@@ -2,7 +2,6 @@
  * is reused at once on its own stream; another stream takes it only after the free's point has
  * completed (tracked lazily by per-slot epochs closed with events) or, if allowed, by waiting on it. */
 #include <inttypes.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
@@ -12,17 +11,6 @@ enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64
 enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards: 16 threads rarely meet */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
-
-/* A test-and-test-and-set lock: one atomic exchange to take, a plain store to give back (a
- * pthread mutex costs two locked instructions); critical sections are a few pointer moves,
- * except the cross-stream path's backend calls, so waiters yield after a short spin. */
-typedef _Atomic bool lock_t;
-static inline void lock(lock_t* l) {
-  while (atomic_exchange_explicit(l, true, memory_order_acquire))
-    for (unsigned n = 0; atomic_load_explicit(l, memory_order_relaxed);)
-      if (++n % 64 == 0) sched_yield();
-}
-static inline void unlock(lock_t* l) { atomic_store_explicit(l, false, memory_order_release); }
 
 typedef struct blk {
   void* ptr;
@@ -37,7 +25,7 @@ typedef struct fence { dv_event* ev; uint64_t epoch; struct fence* next; } fence
 typedef struct lists { blk *head[NCLS], *tail[NCLS]; } lists;
 
 typedef struct slot {
-  _Alignas(64) lock_t mu;
+  _Alignas(64) dv_spin mu;
   lists* l;                       /* allocated on the first free on this slot */
   _Atomic uint64_t nonempty[2];   /* class bitmap; written under mu, read without it */
   dv_stream* bs;                  /* the slot's backend stream (set on the first free) */
@@ -47,7 +35,7 @@ typedef struct slot {
 } slot;
 
 typedef struct shard {
-  _Alignas(64) lock_t mu;
+  _Alignas(64) dv_spin mu;
   blk** b;
   size_t nb, n;
 } shard;
@@ -107,12 +95,12 @@ static blk** hash_find(shard* s, uint64_t h, const void* p) { /* s->mu held */
 static devrt_status hash_insert(cache* c, blk* b) {
   uint64_t h = hash_of(b->ptr);
   shard* s = shard_of(c, h);
-  lock(&s->mu);
+  dv_spin_lock(&s->mu);
   if (s->n >= s->nb) { /* grow (misses only: upstream was just called anyway) */
     size_t nb = s->nb ? s->nb * 2 : 64;
     blk** nt = dv_zalloc_lines(nb * sizeof *nt);
     if (!nt) {
-      unlock(&s->mu);
+      dv_spin_unlock(&s->mu);
       return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for the block table");
     }
     blk** ot = s->b;
@@ -129,17 +117,17 @@ static devrt_status hash_insert(cache* c, blk* b) {
   blk** at = bucket(s, h);
   b->hnext = *at, *at = b;
   s->n++;
-  unlock(&s->mu);
+  dv_spin_unlock(&s->mu);
   return DEVRT_OK;
 }
 
 static void hash_remove(cache* c, blk* b) {
   uint64_t h = hash_of(b->ptr);
   shard* s = shard_of(c, h);
-  lock(&s->mu);
+  dv_spin_lock(&s->mu);
   blk** at = hash_find(s, h, b->ptr);
   if (*at) *at = b->hnext, s->n--;
-  unlock(&s->mu);
+  dv_spin_unlock(&s->mu);
 }
 
 /* ---- free lists and epochs (slot mutex held) ---- */
@@ -244,19 +232,19 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   blk* b = NULL;
   if (ci != BIG) {
     if (bit_get(s, ci)) { /* hot path: this stream's own list, ordered */
-      lock(&s->mu);
+      dv_spin_lock(&s->mu);
       if (s->l && s->l->head[ci]) { /* counted under the lock: a plain add, no locked instruction */
         b = pop_head(s, ci);
         atomic_store_explicit(&s->hits, atomic_load_explicit(&s->hits, memory_order_relaxed) + 1, memory_order_relaxed);
       }
-      unlock(&s->mu);
+      dv_spin_unlock(&s->mu);
     }
     for (unsigned k = 1; !b && k < c->nslots; k++) { /* another stream's oldest block */
       slot* t = &c->slots[(si + k) % c->nslots];
       if (!bit_get(t, ci)) continue;
-      lock(&t->mu);
+      dv_spin_lock(&t->mu);
       if (t->l && t->l->tail[ci] && can_move(c, t, t->l->tail[ci], bs, s)) b = pop_tail(t, ci);
-      unlock(&t->mu);
+      dv_spin_unlock(&t->mu);
       if (b) atomic_fetch_add_explicit(&s->hits, 1, memory_order_relaxed);
     }
     if (b) {
@@ -301,7 +289,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
   uint64_t h = hash_of(ptr);
   shard* sh = shard_of(c, h);
-  lock(&sh->mu);
+  dv_spin_lock(&sh->mu);
   blk** at = sh->b ? hash_find(sh, h, ptr) : NULL;
   blk* b = at ? *at : NULL;
   devrt_status st = DEVRT_OK;
@@ -313,7 +301,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   else if (req != size)
     st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: size %zu of ptr %p differs from the %zu bytes allocated", size, ptr, req);
   if (st != DEVRT_OK) {
-    unlock(&sh->mu);
+    dv_spin_unlock(&sh->mu);
     return st;
   }
   bool keep = b->cidx != BIG;
@@ -324,15 +312,15 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   }
   if (keep) atomic_store_explicit(&b->state, CACHED, memory_order_relaxed);
   else *at = b->hnext, sh->n--; /* out of the table before upstream can hand ptr out again */
-  unlock(&sh->mu);
+  dv_spin_unlock(&sh->mu);
 
   slot* s = &c->slots[DV_SID_SLOT(stream)];
   if (keep) {
     dv_account_move(self->account, DV_LIVE, DV_CACHED, b->rsize); /* before it is visible */
-    lock(&s->mu);
+    dv_spin_lock(&s->mu);
     if (!s->l && !(s->l = calloc(1, sizeof *s->l))) keep = false;
     else s->bs = bs, push_head(s, b);
-    unlock(&s->mu);
+    dv_spin_unlock(&s->mu);
     if (keep) return DEVRT_OK;
     dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize); /* no lists: pass it on */
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
@@ -367,7 +355,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
   for (unsigned i = 0; i < c->nslots && first == DEVRT_OK; i++) {
     slot* t = &c->slots[i];
     blk* chain = NULL;
-    lock(&t->mu);
+    dv_spin_lock(&t->mu);
     for (unsigned ci = 0; t->l && ci < NCLS; ci++)
       while (t->l->head[ci]) {
         blk* b = pop_head(t, ci);
@@ -385,7 +373,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       }
       first = st;
     }
-    unlock(&t->mu);
+    dv_spin_unlock(&t->mu);
     while (chain) {
       blk* b = chain;
       chain = b->next;
@@ -409,9 +397,9 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
         continue;
       }
       if (c->o.max_cached_bytes) atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
-      lock(&t->mu);
+      dv_spin_lock(&t->mu);
       push_head(t, b);
-      unlock(&t->mu);
+      dv_spin_unlock(&t->mu);
     }
   }
   return first;
@@ -480,14 +468,12 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
   DV_RES_CHECK(upstream, "devrt_caching_resource_create");
   DV_RT_CHECK(upstream->rt, "devrt_caching_resource_create");
   devrt_runtime* rt = upstream->rt;
-  cache* c = aligned_alloc(64, sizeof *c);
-  slot* sl = aligned_alloc(64, sizeof *sl * rt->nslots);
+  cache* c = dv_zalloc_lines(sizeof *c);
+  slot* sl = dv_zalloc_lines(sizeof *sl * rt->nslots);
   if (!c || !sl) {
     free(c), free(sl);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_caching_resource_create: out of host memory");
   }
-  memset(c, 0, sizeof *c);
-  memset(sl, 0, sizeof *sl * rt->nslots);
   devrt_status st = devrt_resource_init(&c->base, &caching_vtable, "caching", rt, upstream);
   if (st != DEVRT_OK) {
     free(c), free(sl);
@@ -505,9 +491,9 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
 void dv_caching_forget_slot(devrt_resource* r, unsigned i) {
   if (r->vtable != &caching_vtable) return;
   slot* t = &((cache*)r)->slots[i];
-  lock(&t->mu);
+  dv_spin_lock(&t->mu);
   poll_fences((cache*)r, t);
   t->done = t->open++; /* every block freed on the slot's stream so far is free to move */
   t->bs = NULL;        /* until a free on the slot's next stream */
-  unlock(&t->mu);
+  dv_spin_unlock(&t->mu);
 }

@@ -28,7 +28,7 @@ void dv_account_init(dv_mem_account* a) {
 }
 
 dv_mem_account* dv_account_new(void) {
-  dv_mem_account* a = aligned_alloc(_Alignof(dv_mem_account), sizeof *a);
+  dv_mem_account* a = dv_zalloc_lines(sizeof *a);
   if (a) dv_account_init(a);
   return a;
 }

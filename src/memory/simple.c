@@ -17,11 +17,11 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "simple allocate"));
-  uint64_t n = dv_round(self->account, size);
-  if (!dv_account_admit(self->account, n)) return dv_account_refuse(self->account, "simple allocate", size, n, tag);
+  uint64_t n = 0;
+  DV_CHECK(dv_live_admit(self->account, "simple allocate", size, tag, &n));
   void* p = NULL;
   devrt_status st = rt->be->mem_alloc(rt->dev, size, &p);
-  if (st == DEVRT_OK && (st = dv_live_track(r->live, self->account, "simple allocate", p, size, tag)) != DEVRT_OK)
+  if (st == DEVRT_OK && (st = dv_live_track(r->live, self->account, "simple allocate", p, size, n, tag)) != DEVRT_OK)
     rt->be->mem_free(rt->dev, p); /* the table's error is the one reported */
   if (st != DEVRT_OK) {
     dv_account_release(self->account, n);

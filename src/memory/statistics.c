@@ -7,7 +7,6 @@
  * tags past the table share "(other)"); a sharded pointer map (ptr -> requested size, tag, shard)
  * tells a free what to subtract, and where. */
 #include <pthread.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,17 +40,10 @@ typedef struct st_ent {
   unsigned shard; /* the allocating thread's */
 } st_ent;
 typedef struct st_shard {
-  _Alignas(64) _Atomic bool mu; /* a test-and-test-and-set lock over a few probes */
+  _Alignas(64) dv_spin mu;
   st_ent* e;                    /* open addressing, linear probing, load <= 1/2 */
   size_t cap, n;
 } st_shard;
-
-static void sh_lock(st_shard* sh) {
-  while (atomic_exchange_explicit(&sh->mu, true, memory_order_acquire))
-    for (unsigned n = 0; atomic_load_explicit(&sh->mu, memory_order_relaxed);)
-      if (++n % 64 == 0) sched_yield();
-}
-static void sh_unlock(st_shard* sh) { atomic_store_explicit(&sh->mu, false, memory_order_release); }
 
 typedef struct dv_stats {
   devrt_resource base;
@@ -69,9 +61,7 @@ static const devrt_resource_vtable st_vtable;
 /* ---- counters ---- */
 
 static bool st_pair_init(st_pair* p) {
-  p->cells = aligned_alloc(64, sizeof(st_cell) * ST_CELLS);
-  if (p->cells) memset(p->cells, 0, sizeof(st_cell) * ST_CELLS);
-  return p->cells != NULL;
+  return (p->cells = dv_zalloc_lines(sizeof(st_cell) * ST_CELLS)) != NULL;
 }
 
 static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
@@ -124,7 +114,7 @@ static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
 /* An allocation of `size` appears on this thread's shard (total: a new one, not a refused free
  * being restored); returns the shard. */
 static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
-  unsigned s = dv_shard() % ST_CELLS;
+  unsigned s = dv_shard();
   st_cell* c = &p->cells[s];
   int64_t d[2] = {(int64_t)size, 1};
   bool over = false;
@@ -256,9 +246,9 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   uintptr_t k = (uintptr_t)*out;
   st_shard* sh = st_shard_of(S, k);
-  sh_lock(sh);
-  bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard() % ST_CELLS});
-  sh_unlock(sh);
+  dv_spin_lock(&sh->mu);
+  bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
+  dv_spin_unlock(&sh->mu);
   if (!ok) {
     devrt_resource_deallocate(self->upstream, *out, size, stream);
     *out = NULL;
@@ -275,18 +265,18 @@ static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, 
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
-  sh_lock(sh);
+  dv_spin_lock(&sh->mu);
   bool known = st_remove(sh, k, &e);
-  sh_unlock(sh);
+  dv_spin_unlock(&sh->mu);
   if (!known) return devrt_resource_deallocate(self->upstream, ptr, size, stream); /* upstream refuses it */
   st_sub(&S->all, e.shard, e.size);
   st_sub(e.tag, e.shard, e.size);
   devrt_status s = devrt_resource_deallocate(self->upstream, ptr, size, stream);
   if (s != DEVRT_OK) { /* refused: the allocation is still there */
-    sh_lock(sh);
-    e.shard = dv_shard() % ST_CELLS; /* restored on this thread's shard */
+    dv_spin_lock(&sh->mu);
+    e.shard = dv_shard(); /* restored on this thread's shard */
     bool back = st_insert(sh, e);
-    sh_unlock(sh);
+    dv_spin_unlock(&sh->mu);
     if (back) {
       st_add(S, &S->all, e.size, false);
       st_add(S, e.tag, e.size, false);
@@ -320,8 +310,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_statistics_resource_create");
-  dv_stats* S = aligned_alloc(_Alignof(dv_stats), sizeof *S);
-  if (S) memset(S, 0, sizeof *S);
+  dv_stats* S = dv_zalloc_lines(sizeof *S);
   if (!S) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
   pthread_mutex_init(&S->grow_mu, NULL);
