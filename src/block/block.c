@@ -222,11 +222,19 @@ static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
   for (unsigned k = 0; k < n; k++) dv_pev_unref(rt, w[k].ev);
 }
 
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
-                         const char* call) {
+/* The references to mark `of` that recording access a of `slot` on b will replace. */
+static uint32_t drops_of(const dv_blk* b, devrt_access a, const dv_pev* of) {
+  uint32_t n = (a & DEVRT_ACCESS_WRITE) && b->writer == of;
+  for (unsigned k = 0; k < b->nreaders; k++) n += b->readers[k].ev == of; /* of is slot's: only its entry can match */
+  return n;
+}
+
+devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
+                               const dv_pev* of, uint32_t* drops, const char* call) {
   devrt_status st = DEVRT_OK;
   counts c = {0};
   *nw = 0;
+  uint32_t d = 0;
   unsigned k = 0;
   for (; k < n; k++) {
     dv_blk* b = get_ready(rt, u[k].block, call, &st);
@@ -238,11 +246,13 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
     }
     b->pins++;
     gather(rt, b, u[k].access, slot, w, nw, &c);
+    if (of) d += drops_of(b, u[k].access, of);
     unlock(b);
     u[k].b = b;
   }
   if (k == n) {
     counts_flush(&rt->evslots[slot], &c);
+    if (drops) *drops = d;
     return DEVRT_OK;
   }
   while (k--) {
@@ -255,9 +265,13 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
   return st;
 }
 
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const char* call) {
+  return dv_uses_pin_drops(rt, u, n, slot, w, nw, NULL, NULL, call);
+}
+
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n) {
   devrt_status st = DEVRT_OK;
-  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = rt->be->stream_wait(s, w[k].ev->ev);
+  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
   if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
   drop_waits(rt, w, n);
   return st;
@@ -388,7 +402,8 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   devrt_resource* top = NULL;
   void* p = NULL;
   dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
-  if ((st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK && (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
+  if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0)) == DEVRT_OK && (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
+      (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
     devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
   if (st != DEVRT_OK) {
@@ -443,7 +458,9 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   size_t size = b->size;
   devrt_resource* res = b->res;
   unlock(b);
-  st = dv_waits_issue(rt, s, slot, w, n);
+  st = dv_slot_settle(rt, slot, NULL, 0);
+  if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, n);
+  else drop_waits(rt, w, n);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
@@ -515,7 +532,9 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
     gather(rt, b, a, slot, w, &n, &c);
     unlock(b);
     counts_flush(&rt->evslots[slot], &c);
-    st = dv_waits_issue(rt, s, slot, w, n);
+    st = dv_slot_settle(rt, slot, NULL, 0); /* the caller's work follows: pin the slot's newest point first */
+    if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, n);
+    else drop_waits(rt, w, n);
   }
   WAIT_BUF_FREE(w);
   return st;
@@ -559,7 +578,7 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
 #undef SUM
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
     pthread_mutex_lock(&e->mu);
-    out->events_recorded += e->recorded, out->events_reused += e->reused;
+    out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     pthread_mutex_unlock(&e->mu);
   }
   out->deferred_frees = frees;

@@ -7,22 +7,29 @@
 #include <stdlib.h>
 #include "../core/runtime.h"
 
-/* A point in one stream slot's work. Events of one slot complete in `seq` order. */
+/* A point in one stream slot's work (a mark). Marks of one slot are numbered in the order of the
+ * work they follow, so the newest covers the older ones. A launch's mark is lazy: its event is
+ * recorded only when something needs it (a wait from another slot, a poll), at a point at or
+ * after the work it marks; devrt records it before enqueuing more on the slot if anything still
+ * refers to it, so the point stays exact (foreign work on the native stream can only delay it). */
 typedef struct dv_pev {
   dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
   uint64_t seq;
+  _Atomic bool rec;          /* the event is recorded */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
 
-/* Per stream slot: the record lock (so seq follows the stream's order even when threads share a
+/* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
  * stream), the free events, the completion watermark, and the counters of work on this slot. */
 typedef struct dv_evslot {
   _Alignas(64) pthread_mutex_t mu;
   _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
-  dv_pev *free, *all, *last;  /* last: the newest record (holds a reference) */
-  uint64_t recorded, reused;  /* under mu */
+  dv_pev *free, *all;         /* under mu */
+  _Atomic(dv_pev*) back;      /* events given back without the lock; taken under mu */
+  _Atomic(dv_pev*) last;      /* the newest mark (holds a reference); written under mu */
+  uint64_t recorded, reused, deferred; /* under mu */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
   _Atomic uint64_t waits, same, complete, coalesced, created, launches;
   _Atomic uint64_t allocs, frees;
@@ -34,6 +41,22 @@ void dv_blocks_fini(devrt_runtime* rt);
 /* events.c */
 /* Records a pooled event on stream s of `slot`; the caller owns one reference. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
+/* A lazy mark after the work just enqueued on `slot`; the caller owns one reference. */
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out);
+/* Records p's event if it is a lazy mark not recorded yet. */
+devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p);
+/* Makes s wait for p (nothing if p is known complete). */
+devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p);
+/* Before devrt enqueues more work on `slot`: records its newest mark if it is lazy and referred
+ * to by more than the slot itself and the `drops` references (to mark `of`) that the coming work
+ * will replace. Lock-free when there is nothing to record. */
+devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops);
+/* The slot's newest mark, as a hint (no reference taken: pooled events are never freed). */
+static inline const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
+  return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);
+}
+/* The slot's stream was synchronized and is going away: every mark of it is complete. */
+void dv_events_retire(devrt_runtime* rt, unsigned slot);
 static inline void dv_pev_ref(dv_pev* p) { atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); }
 void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n);
 static inline void dv_pev_unref(devrt_runtime* rt, dv_pev* p) { dv_pev_unref_n(rt, p, 1); }
@@ -62,6 +85,10 @@ typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b
  * rt->nslots entries. */
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits,
                          unsigned* nwaits, const char* call);
+/* As dv_uses_pin, and counts in *drops the references to mark `of` that dv_uses_finish will
+ * replace (for dv_slot_settle). */
+devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits,
+                               unsigned* nwaits, const dv_pev* of, uint32_t* drops, const char* call);
 /* Makes s wait on every gathered event, then drops them. */
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n);
 /* Records where the work ends (ev, on `slot`) on each pinned block, then unpins them; ev NULL

@@ -1,6 +1,6 @@
 /* launch.c: modules and kernels (devrt's embedded ones or a user's image), and recorded launches:
  * validate and dedup the uses, pin and gather the waits, issue them, launch (or run the caller's
- * enqueue), record one event for every block, reap now and then. */
+ * enqueue), mark one point for every block (recorded lazily), reap now and then. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,17 +166,25 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   dv_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n = dedup(d->uses, d->nuses, u);
   WAIT_BUF(rt, w);
-  devrt_status st = dv_uses_pin(rt, u, n, slot, w, &nw, "devrt_launch");
+  const dv_pev* last = dv_slot_last(rt, slot);
+  uint32_t drops = 0;
+  devrt_status st = dv_uses_pin_drops(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
   }
-  st = dv_waits_issue(rt, s, slot, w, nw);
+  /* The slot's previous mark is recorded here, before this launch, only if something this launch
+   * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
+  st = dv_slot_settle(rt, slot, last, drops);
+  if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, nw);
+  else for (unsigned k = 0; k < nw; k++) dv_pev_unref(rt, w[k].ev);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   dv_pev* ev = NULL;
-  if (st == DEVRT_OK && (n || out) && (st = dv_pev_record(rt, slot, s, &ev)) != DEVRT_OK) /* no blocks: nothing to record */
-    rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+  if (st == DEVRT_OK && (n || out)) { /* no blocks: nothing to mark */
+    if ((st = dv_pev_mark(rt, slot, &ev)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
+    if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+  }
   dv_uses_finish(rt, u, n, slot, ev);
   if (out) *out = ev;
   else if (ev) dv_pev_unref(rt, ev);

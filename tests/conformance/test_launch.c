@@ -445,17 +445,23 @@ static void many_streams(void) {
   CHECK_OK(devrt_runtime_destroy(r));
 }
 
-/* A failed record after the work: the stream is synchronized before the error returns, and the
- * block's record stays as it was. On host also a failed backend launch (args NULL). */
+/* A failed record: a launch marks its point lazily, and the record happens when another stream
+ * needs that point; if it fails, the launch that needed it is refused before anything is enqueued
+ * and the block's record stays as it was. On host also a failed backend launch (args NULL). */
 static void backend_failures(void) {
   devrt_block x = mk(S[0], 0);
   sync_all();
+  devrt_block_stats st0, st1;
+  CHECK_OK(devrt_block_stats_get(rt, &st0));
+  CHECK_OK(k_fill(rt, &K, S[1], x, 0x5e, N, D, true));
+  CHECK_OK(devrt_block_stats_get(rt, &st1));
+  CHECK(st1.events_recorded == st0.events_recorded && st1.marks_deferred - st0.marks_deferred == 1);
   devrt_block_info before = info(x);
   rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
-  CHECK_STATUS(k_fill(rt, &K, S[1], x, 0x5e, N, D, true), DEVRT_ERR_BACKEND_ERROR);
+  CHECK_STATUS(k_fill(rt, &K, S[0], x, 0x6f, N, 0, true), DEVRT_ERR_BACKEND_ERROR);
   rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 0);
   CHECK(same_info(info(x), before));
-  CHECK(wrong(x, 0x5e) == 0); /* read on S0 without waiting for S1: its work must be done already */
+  CHECK(wrong(x, 0x5e) == 0); /* read on S0: waits for S1's slow fill, now that its point records */
   if (!t_is_cuda(rt)) { /* cuda would launch with garbage parameters */
     devrt_block_use u[] = {{x, DEVRT_ACCESS_WRITE}};
     devrt_launch_desc d = {.stream = S[1], .kernel = K.fill, .grid = {1}, .block = {1}, .uses = u, .nuses = 1};
