@@ -300,11 +300,14 @@ static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
   r->drop[r->n] = p, r->cnt[r->n++] = 1;
 }
 
-/* The caller still holds its own reference on r->ev, so the delayed add is safe. */
-static void refs_apply(devrt_runtime* rt, refs* r) {
-  if (r->gain) atomic_fetch_add_explicit(&r->ev->refs, r->gain, memory_order_relaxed);
+/* The caller still holds its own reference on r->ev, so the delayed add is safe; `donate` gives
+ * that reference to the blocks as one of the gains. */
+static void refs_apply_donate(devrt_runtime* rt, refs* r, bool donate) {
+  if (r->gain > donate) atomic_fetch_add_explicit(&r->ev->refs, r->gain - donate, memory_order_relaxed);
+  else if (r->gain < donate) dv_pev_unref(rt, r->ev);
   for (unsigned k = 0; k < r->n; k++) dv_pev_unref_n(rt, r->drop[k], r->cnt[k]);
 }
+static void refs_apply(devrt_runtime* rt, refs* r) { refs_apply_donate(rt, r, false); }
 
 static void clear_readers(devrt_runtime* rt, dv_blk* b, refs* r) {
   for (unsigned k = 0; k < b->nreaders; k++) drop(rt, r, b->readers[k].ev);
@@ -350,8 +353,9 @@ static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned sl
   r->gain++;
 }
 
-void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev) {
+void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate) {
   refs r = {.ev = ev};
+  if (old) drop(rt, &r, old);
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = u[k].b;
     lock(b);
@@ -359,7 +363,7 @@ void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_
     b->pins--;
     unlock(b);
   }
-  refs_apply(rt, &r);
+  refs_apply_donate(rt, &r, ev && donate);
 }
 
 /* ---- public ---- */
@@ -577,6 +581,7 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     SUM(launches, launches);
 #undef SUM
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
+    out->events_recorded += atomic_load_explicit(&e->late, memory_order_relaxed);
     pthread_mutex_lock(&e->mu);
     out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     pthread_mutex_unlock(&e->mu);

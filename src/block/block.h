@@ -17,9 +17,10 @@ typedef struct dv_pev {
   _Atomic uint32_t refs;
   uint32_t slot;
   uint64_t seq;
-  _Atomic bool rec;          /* the event is recorded */
+  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
+enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
 
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
  * stream), the free events, the completion watermark, and the counters of work on this slot. */
@@ -32,7 +33,7 @@ typedef struct dv_evslot {
   uint64_t recorded, reused, deferred; /* under mu */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
   _Atomic uint64_t waits, same, complete, coalesced, created, launches;
-  _Atomic uint64_t allocs, frees;
+  _Atomic uint64_t allocs, frees, late; /* late: lazy marks recorded when needed */
 } dv_evslot;
 
 devrt_status dv_blocks_init(devrt_runtime* rt);
@@ -41,9 +42,10 @@ void dv_blocks_fini(devrt_runtime* rt);
 /* events.c */
 /* Records a pooled event on stream s of `slot`; the caller owns one reference. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
-/* A lazy mark after the work just enqueued on `slot`; the caller owns one reference. */
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out);
-/* Records p's event if it is a lazy mark not recorded yet. */
+/* A lazy mark after the work just enqueued on `slot`; the caller owns one reference to it, and
+ * the slot's reference to the previous newest mark (*old, may be NULL), to drop. */
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old);
+/* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). */
 devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p);
 /* Makes s wait for p (nothing if p is known complete). */
 devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p);
@@ -92,8 +94,9 @@ devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigne
 /* Makes s wait on every gathered event, then drops them. */
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n);
 /* Records where the work ends (ev, on `slot`) on each pinned block, then unpins them; ev NULL
- * only unpins. */
-void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev);
+ * only unpins. Drops the reference `old` (may be NULL); with `donate` the caller's reference to
+ * ev goes to the blocks too. */
+void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate);
 
 /* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
 devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out);

@@ -2,6 +2,7 @@
  * (no event creation on the hot path), reference counted (one launch's mark is shared by every
  * block it touched), ordered per slot, recorded lazily for launches (only once something needs
  * the point), with a completion watermark advanced by polls and synchronizes. */
+#include <sched.h>
 #include <stdlib.h>
 #include "block.h"
 
@@ -55,34 +56,47 @@ static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   return atomic_exchange_explicit(&es->last, p, memory_order_acq_rel);
 }
 
-/* Records p on its slot's stream unless it is recorded or complete; under es->mu. */
-static devrt_status realize_locked(devrt_runtime* rt, dv_evslot* es, dv_pev* p) {
-  if (atomic_load_explicit(&p->rec, memory_order_relaxed) || dv_pev_done(rt, p)) return DEVRT_OK;
-  DV_CHECK(rt->be->event_record(p->ev, rt->slots[p->slot].s));
-  atomic_store_explicit(&p->rec, true, memory_order_release);
-  es->recorded++;
+devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p) {
+  uint8_t s = atomic_load_explicit(&p->rec, memory_order_acquire);
+  while (s != DV_PEV_RECORDED) {
+    if (s == DV_PEV_RECORDING) { /* another thread is recording it */
+      sched_yield();
+      s = atomic_load_explicit(&p->rec, memory_order_acquire);
+      continue;
+    }
+    if (dv_pev_done(rt, p)) return DEVRT_OK; /* complete: nobody needs to wait for it */
+    /* seq_cst, as dv_events_retire's store and load: one of us sees the other's write */
+    if (!atomic_compare_exchange_weak_explicit(&p->rec, &s, DV_PEV_RECORDING, memory_order_seq_cst, memory_order_acquire))
+      continue;
+    if (p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_seq_cst)) {
+      atomic_store_explicit(&p->rec, DV_PEV_LAZY, memory_order_release);
+      return DEVRT_OK;
+    }
+    devrt_status st = rt->be->event_record(p->ev, rt->slots[p->slot].s);
+    atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY, memory_order_release);
+    if (st == DEVRT_OK) atomic_fetch_add_explicit(&rt->evslots[p->slot].late, 1, memory_order_relaxed);
+    return st;
+  }
   return DEVRT_OK;
 }
 
-/* The slot's newest mark is recorded now if anything besides `last` and the coming work's
- * `drops` refers to it (es->mu held). */
-static devrt_status settle_locked(devrt_runtime* rt, dv_evslot* es, const dv_pev* of, uint32_t drops) {
-  dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-  if (!p || atomic_load_explicit(&p->rec, memory_order_relaxed) ||
-      atomic_load_explicit(&p->refs, memory_order_acquire) <= 1 + (p == of ? drops : 0))
-    return DEVRT_OK;
-  return realize_locked(rt, es, p);
+static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
+  return p && atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED &&
+         atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
 }
 
 devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops) {
   dv_evslot* es = &rt->evslots[slot];
-  dv_pev* p = atomic_load_explicit(&es->last, memory_order_acquire);
-  if (!p || atomic_load_explicit(&p->rec, memory_order_acquire) ||
-      atomic_load_explicit(&p->refs, memory_order_acquire) <= 1 + (p == of ? drops : 0))
-    return DEVRT_OK; /* the common case: nothing else needs the newest point */
-  pthread_mutex_lock(&es->mu);
-  devrt_status st = settle_locked(rt, es, of, drops);
+  if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
+    return DEVRT_OK; /* the common case, lock-free: nothing else needs the newest point */
+  pthread_mutex_lock(&es->mu); /* to hold the newest mark while recording it */
+  dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
+  if (needed(p, of, drops)) dv_pev_ref(p);
+  else p = NULL;
   pthread_mutex_unlock(&es->mu);
+  if (!p) return DEVRT_OK;
+  devrt_status st = dv_pev_realize(rt, p);
+  dv_pev_unref(rt, p);
   return st;
 }
 
@@ -90,13 +104,13 @@ devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, 
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
+  devrt_status st = dv_slot_settle(rt, slot, NULL, 0);
   pthread_mutex_lock(&es->mu);
-  devrt_status st = settle_locked(rt, es, NULL, 0);
   if (st == DEVRT_OK) st = take(rt, es, slot, &p);
   if (st == DEVRT_OK && (st = rt->be->event_record(p->ev, s)) != DEVRT_OK) give_locked(es, p);
   dv_pev* old = NULL;
   if (st == DEVRT_OK) {
-    atomic_store_explicit(&p->rec, true, memory_order_relaxed);
+    atomic_store_explicit(&p->rec, DV_PEV_RECORDED, memory_order_relaxed);
     old = publish(es, p);
     es->recorded++;
   }
@@ -107,36 +121,24 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   return DEVRT_OK;
 }
 
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out) {
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
   pthread_mutex_lock(&es->mu);
   devrt_status st = take(rt, es, slot, &p);
-  dv_pev* old = NULL;
   if (st == DEVRT_OK) {
-    atomic_store_explicit(&p->rec, false, memory_order_relaxed);
-    old = publish(es, p);
+    atomic_store_explicit(&p->rec, DV_PEV_LAZY, memory_order_relaxed);
+    *old = publish(es, p);
     es->deferred++;
   }
   pthread_mutex_unlock(&es->mu);
-  if (st != DEVRT_OK) return st;
-  if (old) dv_pev_unref(rt, old);
-  *out = p;
-  return DEVRT_OK;
-}
-
-devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p) {
-  if (atomic_load_explicit(&p->rec, memory_order_acquire)) return DEVRT_OK;
-  dv_evslot* es = &rt->evslots[p->slot];
-  pthread_mutex_lock(&es->mu);
-  devrt_status st = realize_locked(rt, es, p);
-  pthread_mutex_unlock(&es->mu);
+  if (st == DEVRT_OK) *out = p;
   return st;
 }
 
 devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p) {
   DV_CHECK(dv_pev_realize(rt, p));
-  if (!atomic_load_explicit(&p->rec, memory_order_acquire)) return DEVRT_OK; /* complete before it was needed */
+  if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED) return DEVRT_OK; /* complete before it was needed */
   return rt->be->stream_wait(s, p->ev);
 }
 
@@ -160,10 +162,13 @@ void dv_events_poll(devrt_runtime* rt) {
       continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the next poll) */
     pthread_mutex_lock(&es->mu);
     dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-    if (p && realize_locked(rt, es, p) == DEVRT_OK) dv_pev_ref(p); /* the newest point: recording it now is exact */
-    else p = NULL;
+    if (p) dv_pev_ref(p);
     pthread_mutex_unlock(&es->mu);
     if (!p) continue;
+    if (dv_pev_realize(rt, p) != DEVRT_OK) { /* the newest point: recording it now is exact */
+      dv_pev_unref(rt, p);
+      continue;
+    }
     bool done = false;
     if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done) max_store(&es->done_seq, p->seq);
     dv_pev_unref(rt, p);
@@ -178,7 +183,11 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) { max_st
 
 void dv_events_retire(devrt_runtime* rt, unsigned slot) {
   dv_evslot* es = &rt->evslots[slot];
-  pthread_mutex_lock(&es->mu); /* a realize in progress finishes on the live stream first */
-  max_store(&es->done_seq, atomic_load_explicit(&es->seq, memory_order_relaxed));
+  pthread_mutex_lock(&es->mu);
+  uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed), cur = atomic_load(&es->done_seq);
+  while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur, seq)) { /* seq_cst: see dv_pev_realize */
+  }
+  for (dv_pev* p = es->all; p; p = p->all) /* no new record starts; one in progress finishes on the live stream */
+    while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
   pthread_mutex_unlock(&es->mu);
 }

@@ -114,11 +114,15 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   return DEVRT_OK;
 }
 
-/* One entry per block; read + write of the same block -> read-write. */
+/* One entry per block; read + write of the same block -> read-write. A 64-bit filter of the
+ * handles seen skips the search for blocks not seen before. */
 static unsigned dedup(const devrt_block_use* in, unsigned n, dv_use* u) {
   unsigned m = 0;
+  uint64_t seen = 0;
   for (unsigned i = 0; i < n; i++) {
-    unsigned j = 0;
+    uint64_t bit = 1ull << ((in[i].block * 0x9e3779b97f4a7c15ull) >> 58);
+    unsigned j = seen & bit ? 0 : m;
+    seen |= bit;
     while (j < m && u[j].block != in[i].block) j++;
     if (j == m) u[m++] = (dv_use){in[i].block, in[i].access, NULL};
     else u[j].access |= in[i].access;
@@ -180,14 +184,13 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   else for (unsigned k = 0; k < nw; k++) dv_pev_unref(rt, w[k].ev);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
-  dv_pev* ev = NULL;
+  dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (n || out)) { /* no blocks: nothing to mark */
-    if ((st = dv_pev_mark(rt, slot, &ev)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
+    if ((st = dv_pev_mark(rt, slot, &ev, &old)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   }
-  dv_uses_finish(rt, u, n, slot, ev);
+  dv_uses_finish(rt, u, n, slot, ev, old, !out); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
-  else if (ev) dv_pev_unref(rt, ev);
   if (st != DEVRT_OK) return st;
   if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
       atomic_load_explicit(&rt->stack, memory_order_relaxed))
