@@ -22,6 +22,7 @@ typedef struct dv_blk {
   bool pending; /* reserved by a queued allocation that has not been issued: no memory yet */
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
   uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
+  _Atomic uint64_t ver; /* bumped under the lock by every change of what follows (the repeat path reads it) */
   void* ptr;
   size_t size;
   const char* tag;
@@ -51,6 +52,8 @@ static void lock(dv_blk* b) {
     if (n > 64) sched_yield();
 }
 static void unlock(dv_blk* b) { atomic_flag_clear_explicit(&b->lock, memory_order_release); }
+/* b's tracking state changed (b locked); seq_cst: see dv_repeat_try and dv_block_free_on. */
+static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1); }
 
 /* ---- table ---- */
 
@@ -85,6 +88,7 @@ void dv_blocks_fini(devrt_runtime* rt) {
   pthread_mutex_destroy(&t->grow_mu);
   free(t);
   for (unsigned i = 0; i < rt->nslots; i++) {
+    free(rt->evslots[i].rep);
     for (dv_pev *p = rt->evslots[i].all, *nx; p; p = nx) {
       nx = p->all;
       rt->be->event_destroy(rt->dev, p->ev);
@@ -345,6 +349,7 @@ static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, refs* r) {
 }
 
 static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, refs* r) {
+  touched(b);
   if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, b, slot, r)) return;
   /* a write; or a read there is no room to track, kept as a write, which every later use respects */
   clear_readers(rt, b, r);
@@ -353,17 +358,110 @@ static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned sl
   r->gain++;
 }
 
-void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate) {
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+                        bool pinned) {
   refs r = {.ev = ev};
   if (old) drop(rt, &r, old);
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = u[k].b;
     lock(b);
     if (ev) record_use(rt, b, u[k].access, slot, &r);
-    b->pins--;
+    b->pins -= pinned;
+    u[k].ver = atomic_load_explicit(&b->ver, memory_order_relaxed);
     unlock(b);
   }
+  uint32_t gain = r.gain;
   refs_apply_donate(rt, &r, ev && donate);
+  return gain;
+}
+
+/* ---- the repeat path ---- */
+
+typedef struct dv_repeat {
+  unsigned n;
+  uint32_t gain;   /* the references the blocks hold to mark */
+  dv_pev* mark;    /* the launch's mark (no reference: compared with the slot's newest) */
+  dv_use u[DEVRT_LAUNCH_MAX_USES];
+} dv_repeat;
+
+/* Launches that skip saving their uses after a repeated mark was needed by another stream (as in
+ * a producer/consumer pair, where the repeat path never holds). */
+#define REPEAT_COLD 16u
+
+static void release_issuing(dv_evslot* es) { atomic_store_explicit(&es->issuing, 0, memory_order_release); }
+
+static bool claim_issuing(dv_evslot* es) {
+  uint32_t z = 0; /* seq_cst: against dv_block_free_on's version bump and check of this flag */
+  return atomic_compare_exchange_strong(&es->issuing, &z, 1);
+}
+
+bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n) {
+  dv_evslot* es = &rt->evslots[slot];
+  dv_pev* m = atomic_load_explicit(&es->last, memory_order_acquire);
+  if (!n || !m || atomic_load_explicit(&es->rep_mark, memory_order_relaxed) != m) return false;
+  if (atomic_load_explicit(&m->rec, memory_order_relaxed) != DV_PEV_LAZY) { /* another stream needed it */
+    atomic_store_explicit(&es->rep_cold, REPEAT_COLD, memory_order_relaxed);
+    return false;
+  }
+  if (!claim_issuing(es)) return false;
+  dv_repeat* r = es->rep;
+  bool same = r->n == n && m == r->mark && atomic_load_explicit(&m->rec, memory_order_acquire) == DV_PEV_LAZY &&
+              atomic_load_explicit(&m->refs, memory_order_acquire) == 1 + r->gain;
+  for (unsigned k = 0; same && k < n; k++)
+    same = r->u[k].block == u[k].block && r->u[k].access == u[k].access && atomic_load(&r->u[k].b->ver) == r->u[k].ver;
+  if (!same) release_issuing(es);
+  return same;
+}
+
+devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned n, bool ok) {
+  dv_evslot* es = &rt->evslots[slot];
+  dv_repeat* r = es->rep;
+  dv_pev* m = r->mark;
+  bool moved = !ok; /* nothing was enqueued: nothing to mark */
+  pthread_mutex_lock(&es->mu);
+  uint8_t lazy = DV_PEV_LAZY;
+  if (ok && atomic_load_explicit(&es->last, memory_order_relaxed) == m &&
+      atomic_compare_exchange_strong(&m->rec, &lazy, DV_PEV_RECORDING)) { /* realizers wait while it moves */
+    uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
+    atomic_store(&m->seq, seq);
+    atomic_store_explicit(&es->seq, seq, memory_order_release);
+    atomic_store_explicit(&m->rec, DV_PEV_LAZY, memory_order_release);
+    es->deferred++;
+    moved = true;
+  }
+  pthread_mutex_unlock(&es->mu);
+  devrt_status st = DEVRT_OK;
+  if (moved) {
+    atomic_fetch_add_explicit(&es->repeats, ok, memory_order_relaxed);
+  } else { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for us) */
+    dv_pev *ev = NULL, *old = NULL;
+    for (unsigned k = 0; k < n; k++) u[k].b = r->u[k].b;
+    if ((st = dv_pev_mark(rt, slot, &ev, &old)) != DEVRT_OK) {
+      rt->be->stream_sync(rt->slots[slot].s); /* the work cannot be tracked: let it finish */
+      ev = NULL;
+    }
+    r->gain = dv_uses_finish(rt, u, n, slot, ev, old, true, false);
+    r->mark = ev;
+    atomic_store_explicit(&es->rep_mark, ev, memory_order_relaxed);
+    for (unsigned k = 0; k < n; k++) r->u[k].ver = u[k].ver;
+    if (!ev) r->n = 0;
+  }
+  release_issuing(es);
+  return st;
+}
+
+void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n, dv_pev* ev, uint32_t gain) {
+  dv_evslot* es = &rt->evslots[slot];
+  uint32_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);
+  if (cold) atomic_store_explicit(&es->rep_cold, cold - 1, memory_order_relaxed); /* (a lost update costs a save) */
+  if (!n || !ev || cold || !claim_issuing(es)) return;
+  if (!es->rep) es->rep = malloc(sizeof *es->rep); /* no room: no repeat path on this slot */
+  if (es->rep) {
+    memcpy(es->rep->u, u, n * sizeof *u);
+    es->rep->n = n, es->rep->mark = ev, es->rep->gain = gain;
+    atomic_store_explicit(&es->rep_mark, ev, memory_order_relaxed);
+  }
+  release_issuing(es);
 }
 
 /* ---- public ---- */
@@ -382,6 +480,7 @@ devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream strea
   b->ptr = NULL, b->size = size, b->tag = tag, b->stream = stream;
   b->writer = NULL;
   b->nreaders = 0;
+  touched(b);
   *out = b->gen << INDEX_BITS | (i + 1);
   unlock(b);
   return DEVRT_OK;
@@ -392,6 +491,7 @@ void dv_block_cancel(devrt_runtime* rt, devrt_block h) {
   dv_blk* b = get_locked(rt, h, "dv_block_cancel", &st);
   if (!b) return;
   b->live = b->pending = false;
+  touched(b);
   unlock(b);
   give_index(rt->blocks, index_of(h));
 }
@@ -418,6 +518,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   lock(b);
   b->ptr = p, b->stream = stream, b->writer = ready, b->res = top;
   b->pending = false;
+  touched(b);
   unlock(b);
   atomic_fetch_add_explicit(&rt->evslots[DV_SID_SLOT(stream)].allocs, 1, memory_order_relaxed);
   return DEVRT_OK;
@@ -454,6 +555,11 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
     return st;
   }
   b->pins = FREEING;
+  touched(b); /* a repeat launch that saw the old version has claimed its slot: wait for it */
+  unlock(b);
+  for (unsigned i = 0; i < rt->nslots; i++)
+    while (atomic_load(&rt->evslots[i].issuing)) sched_yield();
+  lock(b);
   unsigned n = 0;
   counts c = {0};
   gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
@@ -469,6 +575,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
   lock(b);
+  touched(b);
   if (st == DEVRT_OK) {
     b->live = false;
     clear_readers(rt, b, &r);
@@ -582,6 +689,7 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
 #undef SUM
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
     out->events_recorded += atomic_load_explicit(&e->late, memory_order_relaxed);
+    out->launches_repeated += atomic_load_explicit(&e->repeats, memory_order_relaxed);
     pthread_mutex_lock(&e->mu);
     out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     pthread_mutex_unlock(&e->mu);

@@ -16,7 +16,7 @@ typedef struct dv_pev {
   dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
-  uint64_t seq;
+  _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_fast_*) */
   _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
@@ -34,6 +34,11 @@ typedef struct dv_evslot {
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
   _Atomic uint64_t waits, same, complete, coalesced, created, launches;
   _Atomic uint64_t allocs, frees, late; /* late: lazy marks recorded when needed */
+  _Atomic uint64_t repeats;             /* launches that took the repeat path */
+  _Atomic uint32_t issuing;             /* held by the thread using `rep` */
+  _Atomic(dv_pev*) rep_mark;            /* rep->mark, readable without `issuing` (a hint) */
+  _Atomic uint32_t rep_cold;            /* saves to skip: the repeated mark was needed elsewhere */
+  struct dv_repeat* rep;                /* the last launch's uses, for the repeat path */
 } dv_evslot;
 
 devrt_status dv_blocks_init(devrt_runtime* rt);
@@ -72,7 +77,7 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
 typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
-typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b; } dv_use;
+typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b; uint64_t ver; } dv_use;
 
 /* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit). */
@@ -93,10 +98,22 @@ devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigne
                                unsigned* nwaits, const dv_pev* of, uint32_t* drops, const char* call);
 /* Makes s wait on every gathered event, then drops them. */
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n);
-/* Records where the work ends (ev, on `slot`) on each pinned block, then unpins them; ev NULL
- * only unpins. Drops the reference `old` (may be NULL); with `donate` the caller's reference to
- * ev goes to the blocks too. */
-void dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate);
+/* Records where the work ends (ev, on `slot`) on each block, then unpins them (if `pinned`); ev
+ * NULL only unpins. Drops the reference `old` (may be NULL); with `donate` the caller's reference
+ * to ev goes to the blocks too. Leaves each block's version in u[k].ver; returns the references
+ * to ev the blocks took. */
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+                        bool pinned);
+
+/* The repeat path: a launch on `slot` declaring the same uses as the slot's previous launch, when
+ * no block changed since and nothing else refers to that launch's lazy mark, needs no wait (the
+ * previous launch issued them on this stream), and its mark is the previous one moved forward:
+ * no block is locked or written. dv_repeat_try claims it (false: take the usual path);
+ * dv_repeat_end, after the work was enqueued (ok) or not, moves the mark or falls back to
+ * recording the uses; dv_repeat_save remembers a finished launch's uses. */
+bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n);
+devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned n, bool ok);
+void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n, dv_pev* ev, uint32_t gain);
 
 /* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
 devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out);

@@ -162,13 +162,10 @@ void dv_events_poll(devrt_runtime* rt) {
       continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the next poll) */
     pthread_mutex_lock(&es->mu);
     dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-    if (p) dv_pev_ref(p);
+    if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED) dv_pev_ref(p);
+    else p = NULL; /* a lazy mark nobody needed: left lazy (a later need records it at once) */
     pthread_mutex_unlock(&es->mu);
     if (!p) continue;
-    if (dv_pev_realize(rt, p) != DEVRT_OK) { /* the newest point: recording it now is exact */
-      dv_pev_unref(rt, p);
-      continue;
-    }
     bool done = false;
     if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done) max_store(&es->done_seq, p->seq);
     dv_pev_unref(rt, p);

@@ -124,7 +124,7 @@ static unsigned dedup(const devrt_block_use* in, unsigned n, dv_use* u) {
     unsigned j = seen & bit ? 0 : m;
     seen |= bit;
     while (j < m && u[j].block != in[i].block) j++;
-    if (j == m) u[m++] = (dv_use){in[i].block, in[i].access, NULL};
+    if (j == m) u[m++] = (dv_use){in[i].block, in[i].access, NULL, 0};
     else u[j].access |= in[i].access;
   }
   return m;
@@ -169,10 +169,17 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n = dedup(d->uses, d->nuses, u);
+  devrt_status st;
+  if (!out && dv_repeat_try(rt, slot, u, n)) { /* the previous launch's uses again: no waits, its mark moves on */
+    st = run(rt, d, id, s);
+    devrt_status end = dv_repeat_end(rt, slot, u, n, st == DEVRT_OK);
+    if ((st = st != DEVRT_OK ? st : end) != DEVRT_OK) return st;
+    goto done;
+  }
   WAIT_BUF(rt, w);
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
-  devrt_status st = dv_uses_pin_drops(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
+  st = dv_uses_pin_drops(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
@@ -189,9 +196,11 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
     if ((st = dv_pev_mark(rt, slot, &ev, &old)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   }
-  dv_uses_finish(rt, u, n, slot, ev, old, !out); /* the blocks keep ev (or out does) */
+  uint32_t gain = dv_uses_finish(rt, u, n, slot, ev, old, !out, true); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
+  if (!out) dv_repeat_save(rt, slot, u, n, ev, gain);
+done:
   if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
       atomic_load_explicit(&rt->stack, memory_order_relaxed))
     devrt_reap_pending(rt, 0, NULL); /* opportunistic: a failure here belongs to no launch */
