@@ -170,7 +170,9 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   dv_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n = dedup(d->uses, d->nuses, u);
   devrt_status st;
-  if (!out && dv_repeat_try(rt, slot, u, n)) { /* the previous launch's uses again: no waits, its mark moves on */
+  /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
+   * which could call devrt_block_free, which waits for repeats in flight. */
+  if (!out && !d->enqueue && dv_repeat_try(rt, slot, u, n)) {
     st = run(rt, d, id, s);
     devrt_status end = dv_repeat_end(rt, slot, u, n, st == DEVRT_OK);
     if ((st = st != DEVRT_OK ? st : end) != DEVRT_OK) return st;
