@@ -233,8 +233,8 @@ static uint32_t drops_of(const dv_blk* b, devrt_access a, const dv_pev* of) {
   return n;
 }
 
-devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
-                               const dv_pev* of, uint32_t* drops, const char* call) {
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
+                         const dv_pev* of, uint32_t* drops, const char* call) {
   devrt_status st = DEVRT_OK;
   counts c = {0};
   *nw = 0;
@@ -269,12 +269,9 @@ devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigne
   return st;
 }
 
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const char* call) {
-  return dv_uses_pin_drops(rt, u, n, slot, w, nw, NULL, NULL, call);
-}
-
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n) {
-  devrt_status st = DEVRT_OK;
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
+                            uint32_t drops) {
+  devrt_status st = dv_slot_settle(rt, slot, of, drops);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
   if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
   drop_waits(rt, w, n);
@@ -568,14 +565,12 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   size_t size = b->size;
   devrt_resource* res = b->res;
   unlock(b);
-  st = dv_slot_settle(rt, slot, NULL, 0);
-  if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, n);
-  else drop_waits(rt, w, n);
+  st = dv_waits_issue(rt, s, slot, w, n, NULL, 0);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
   lock(b);
-  touched(b);
+  touched(b); /* again: a repeat's fallback may have saved the version while we waited */
   if (st == DEVRT_OK) {
     b->live = false;
     clear_readers(rt, b, &r);
@@ -643,9 +638,7 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
     gather(rt, b, a, slot, w, &n, &c);
     unlock(b);
     counts_flush(&rt->evslots[slot], &c);
-    st = dv_slot_settle(rt, slot, NULL, 0); /* the caller's work follows: pin the slot's newest point first */
-    if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, n);
-    else drop_waits(rt, w, n);
+    st = dv_waits_issue(rt, s, slot, w, n, NULL, 0);
   }
   WAIT_BUF_FREE(w);
   return st;

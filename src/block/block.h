@@ -9,14 +9,14 @@
 
 /* A point in one stream slot's work (a mark). Marks of one slot are numbered in the order of the
  * work they follow, so the newest covers the older ones. A launch's mark is lazy: its event is
- * recorded only when something needs it (a wait from another slot, a poll), at a point at or
+ * recorded only when something needs it (a wait from another slot), at a point at or
  * after the work it marks; devrt records it before enqueuing more on the slot if anything still
  * refers to it, so the point stays exact (foreign work on the native stream can only delay it). */
 typedef struct dv_pev {
   dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
-  _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_fast_*) */
+  _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
   _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
@@ -89,15 +89,14 @@ typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b
 
 /* Pins each block (a pinned block cannot be freed) and gathers, per source slot, the newest
  * event stream `slot` must wait for; nothing is pinned or held if it fails. waits has room for
- * rt->nslots entries. */
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits,
-                         unsigned* nwaits, const char* call);
-/* As dv_uses_pin, and counts in *drops the references to mark `of` that dv_uses_finish will
- * replace (for dv_slot_settle). */
-devrt_status dv_uses_pin_drops(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits,
-                               unsigned* nwaits, const dv_pev* of, uint32_t* drops, const char* call);
-/* Makes s wait on every gathered event, then drops them. */
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n);
+ * rt->nslots entries. With `of`, counts in *drops the references to mark `of` that
+ * dv_uses_finish will replace (for dv_slot_settle). */
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits, unsigned* nwaits,
+                         const dv_pev* of, uint32_t* drops, const char* call);
+/* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
+ * wait on every gathered event; drops them either way. */
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
+                            uint32_t drops);
 /* Records where the work ends (ev, on `slot`) on each block, then unpins them (if `pinned`); ev
  * NULL only unpins. Drops the reference `old` (may be NULL); with `donate` the caller's reference
  * to ev goes to the blocks too. Leaves each block's version in u[k].ver; returns the references

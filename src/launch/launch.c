@@ -181,16 +181,14 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   WAIT_BUF(rt, w);
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
-  st = dv_uses_pin_drops(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
+  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
   }
   /* The slot's previous mark is recorded here, before this launch, only if something this launch
    * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
-  st = dv_slot_settle(rt, slot, last, drops);
-  if (st == DEVRT_OK) st = dv_waits_issue(rt, s, slot, w, nw);
-  else for (unsigned k = 0; k < nw; k++) dv_pev_unref(rt, w[k].ev);
+  st = dv_waits_issue(rt, s, slot, w, nw, last, drops);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   dv_pev *ev = NULL, *old = NULL;
