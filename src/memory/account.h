@@ -14,8 +14,11 @@
 /* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
  * cache line, so the hot paths of different threads share no written line; a figure is the sum
  * of its shards (modulo 2^64: one shard may go "negative" when a block allocated by one thread is
- * freed by another). New device memory is admitted on `held`, the one shared word. */
-enum { DV_SHARDS = 64, DV_LIVE = 0, DV_PENDING, DV_CACHED, DV_NFIGS };
+ * freed by another). The first DV_OWNED shards each belong to one live thread at a time, which
+ * updates them with a plain load and store (dv_cell_add): no locked instruction. Threads past
+ * those share the last DV_SHARDS - DV_OWNED shards and update them atomically. New device memory
+ * is admitted on `held`, the one shared word. */
+enum { DV_OWNED = 64, DV_SHARDS = 72, DV_LIVE = 0, DV_PENDING, DV_CACHED, DV_NFIGS };
 typedef struct dv_acct_shard {
   _Alignas(64) _Atomic uint64_t f[DV_NFIGS]; /* live: handed out above a caching layer; pending:
                                                 freed to the pool, completion not yet observed;
@@ -37,10 +40,18 @@ struct dv_mem_account {
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
 };
 
-/* This thread's shard (assigned round-robin on first use). */
+/* This thread's shard: an owned one while any is free (given back when the thread exits), else
+ * one of the shared ones. */
 extern _Thread_local unsigned dv_tshard;
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
+/* Adds n (modulo 2^64) to a counter of shard s, written by this thread. */
+static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
+  if (DV_LIKELY(s < DV_OWNED))
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n, memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(x, n, memory_order_relaxed);
+}
 
 /* A test-and-test-and-set lock for the record tables and free lists: one atomic exchange to
  * take, a plain store to give back (a pthread mutex costs two locked instructions). Sections are
@@ -68,16 +79,15 @@ static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
 }
 
 static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
-  atomic_fetch_add_explicit(&a->sh[dv_shard()].f[fig], n, memory_order_relaxed);
+  unsigned s = dv_shard();
+  dv_cell_add(&a->sh[s].f[fig], n, s);
 }
-static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) {
-  atomic_fetch_sub_explicit(&a->sh[dv_shard()].f[fig], n, memory_order_relaxed);
-}
+static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) { dv_account_add(a, fig, 0 - n); }
 /* Moves n bytes from one figure to another on this thread's shard, adding first. */
 static inline void dv_account_move(dv_mem_account* a, int from, int to, uint64_t n) {
-  dv_acct_shard* s = &a->sh[dv_shard()];
-  atomic_fetch_add_explicit(&s->f[to], n, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&s->f[from], n, memory_order_relaxed);
+  unsigned s = dv_shard();
+  dv_cell_add(&a->sh[s].f[to], n, s);
+  dv_cell_add(&a->sh[s].f[from], 0 - n, s);
 }
 /* A figure: the sum of its shards (0 if a racing move makes it read below zero). */
 uint64_t dv_account_sum(const dv_mem_account* a, int fig);
@@ -109,6 +119,16 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
  * to any stream) and forget the stream. No-ops on other layers. */
 void dv_async_forget_slot(devrt_resource* r, unsigned slot);
 void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
+
+/* What the last deallocate on this thread that a recording layer (caching, async, simple: the
+ * layers that keep a record per allocation) accepted found in its record: the allocation's tag
+ * and its allocating thread's shard. A statistics layer directly over one reads it after its
+ * upstream's deallocate returns, instead of keeping a pointer map of its own. */
+typedef struct dv_freed { const char* tag; unsigned shard; } dv_freed;
+extern _Thread_local dv_freed dv_last_freed;
+bool dv_async_is(const devrt_resource* r);
+bool dv_simple_is(const devrt_resource* r);
+bool dv_caching_is(const devrt_resource* r);
 
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {

@@ -14,8 +14,7 @@ enum { SHARD_BITS = 10, SHARDS = 1 << SHARD_BITS };
 typedef struct entry {
   void* p; /* NULL: empty */
   size_t size;
-  uint64_t rounded;
-  const char* tag;
+  dv_live_entry v;
 } entry;
 
 typedef struct shard {
@@ -73,9 +72,10 @@ void dv_live_destroy(dv_live_table* t) {
   free(t);
 }
 
-devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t size, uint64_t rounded, const char* tag) {
+/* DEVICE_ALLOC_FAILED (message naming `who`) when the table cannot grow. */
+static devrt_status insert(dv_live_table* t, const char* who, void* p, size_t size, const dv_live_entry* v) {
   shard* sh = shard_of(t, p);
-  entry x = {p, size, rounded, tag};
+  entry x = {p, size, *v};
   dv_spin_lock(&sh->mu);
   if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
     shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
@@ -103,7 +103,7 @@ devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, cons
 
 devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
                            const char* tag) {
-  DV_CHECK(dv_live_insert(t, who, p, size, rounded, tag));
+  DV_CHECK(insert(t, who, p, size, &(dv_live_entry){rounded, tag, dv_shard()}));
   dv_account_add(a, DV_LIVE, rounded);
   return DEVRT_OK;
 }
@@ -114,7 +114,7 @@ devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t siz
   entry* e = find(sh, p);
   size_t recorded = e ? e->size : 0;
   if (e && e->size == size) {
-    *out = (dv_live_entry){e->rounded, e->tag};
+    *out = e->v;
     erase(sh, e);
   }
   dv_spin_unlock(&sh->mu);
@@ -128,7 +128,7 @@ devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t siz
 }
 
 void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e) {
-  dv_live_insert(t, "put back", p, size, e->rounded, e->tag); /* the take left room: it cannot grow */
+  insert(t, "put back", p, size, e); /* the take left room: it cannot grow */
 }
 
 /* ---- the async resource ---- */
@@ -138,12 +138,13 @@ typedef struct batch {
   uint64_t bytes;
 } batch;
 
-/* One per stream-pool slot: bytes freed on its stream since the last batch was closed, and the
- * closed batches (a ring, oldest first), each covered by one event recorded after its frees. */
+/* One per stream-pool slot: bytes freed on its stream since the last batch was closed (a free
+ * adds them without the mutex), and the closed batches (a ring, oldest first, under mu), each
+ * covered by one event recorded after its frees. */
 typedef struct aslot {
   _Alignas(64) pthread_mutex_t mu;
-  dv_stream* s; /* the slot's backend stream, noted by the first free on it */
-  uint64_t open;
+  _Atomic(dv_stream*) s; /* the slot's backend stream, noted by the frees on it */
+  _Atomic uint64_t open;
   batch* q;
   unsigned head, n, cap;
 } aslot;
@@ -185,12 +186,11 @@ static void event_give(async_res* a, dv_event* e) {
   pthread_mutex_unlock(&a->ev_mu);
 }
 
-/* Closes the slot's open batch (caller holds sl->mu): records an event on the stream and files
- * the open bytes under it. Correctness: every free counted in `open` was enqueued on this
- * stream before the record (the free adds to `open` under the same mutex after pool_free
- * returned), and a stream runs its work in order, so the event completes no earlier than
- * those frees. A free enqueued concurrently, after the record, adds to `open` only after we
- * release the mutex and lands in the next batch. */
+/* Closes the slot's open batch (caller holds sl->mu): takes the open bytes, records an event on
+ * the stream and files the bytes under it. Correctness: a free adds to `open` only after its
+ * pool_free returned, so every free whose bytes the exchange took was enqueued on this stream
+ * before the record, and a stream runs its work in order: the event completes no earlier than
+ * those frees. A free that adds after the exchange lands in the next batch. */
 static devrt_status close_batch(async_res* a, aslot* sl) {
   devrt_runtime* rt = a->base.rt;
   if (sl->n == sl->cap) {
@@ -205,13 +205,14 @@ static devrt_status close_batch(async_res* a, aslot* sl) {
   }
   dv_event* e = NULL;
   DV_CHECK(event_take(a, &e));
-  devrt_status st = rt->be->event_record(e, sl->s);
+  uint64_t open = atomic_exchange_explicit(&sl->open, 0, memory_order_acq_rel);
+  devrt_status st = rt->be->event_record(e, atomic_load_explicit(&sl->s, memory_order_relaxed));
   if (st != DEVRT_OK) {
+    atomic_fetch_add_explicit(&sl->open, open, memory_order_relaxed);
     event_give(a, e);
     return st;
   }
-  sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, sl->open};
-  sl->open = 0;
+  sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, open};
   return DEVRT_OK;
 }
 
@@ -245,8 +246,8 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   for (unsigned i = 0; i < a->nslots; i++) {
     aslot* sl = &a->slots[i];
     pthread_mutex_lock(&sl->mu);
-    devrt_status st = sl->open ? close_batch(a, sl) : DEVRT_OK;
-    dv_stream* s = sl->n ? sl->s : NULL;
+    devrt_status st = atomic_load_explicit(&sl->open, memory_order_relaxed) ? close_batch(a, sl) : DEVRT_OK;
+    dv_stream* s = sl->n ? atomic_load_explicit(&sl->s, memory_order_relaxed) : NULL;
     if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
     pthread_mutex_unlock(&sl->mu);
     if (st == DEVRT_OK && s && (flags & DEVRT_REAP_WAIT)) {
@@ -294,12 +295,11 @@ static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size,
     return st;
   }
   uint64_t rounded = e.rounded;
+  dv_last_freed = (dv_freed){e.tag, e.shard};
   dv_account_move(self->account, DV_LIVE, DV_PENDING, rounded);
   aslot* sl = &a->slots[DV_SID_SLOT(stream)];
-  pthread_mutex_lock(&sl->mu);
-  sl->s = s;
-  sl->open += rounded;
-  pthread_mutex_unlock(&sl->mu);
+  if (atomic_load_explicit(&sl->s, memory_order_relaxed) != s) atomic_store_explicit(&sl->s, s, memory_order_relaxed);
+  atomic_fetch_add_explicit(&sl->open, rounded, memory_order_release);
   return DEVRT_OK;
 }
 
@@ -386,6 +386,8 @@ static const devrt_resource_vtable async_vtable = {
     .trim = async_trim,
     .destroy = async_destroy,
 };
+bool dv_async_is(const devrt_resource* r) { return r->vtable == &async_vtable; }
+
 
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_async_resource_create");
@@ -425,8 +427,8 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
     n += sl->q[sl->head].bytes;
     event_give(a, sl->q[sl->head].ev);
   }
-  n += sl->open, sl->open = 0; /* frees enqueued before the synchronize: complete too */
-  sl->s = NULL;
+  n += atomic_exchange(&sl->open, 0); /* frees enqueued before the synchronize: complete too */
+  atomic_store(&sl->s, NULL);
   pthread_mutex_unlock(&sl->mu);
   dv_account_sub(acc, DV_PENDING, n);
   dv_account_release(acc, n);

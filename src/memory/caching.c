@@ -16,6 +16,8 @@ typedef struct blk {
   void* ptr;
   struct blk *hnext, *prev, *next; /* hash chain; free list (prev: towards the head) */
   uint64_t cls, rsize, epoch;      /* class size (upstream's size), accounted bytes, free epoch */
+  const char* tag;                 /* the allocation's, and its thread's shard: for dv_last_freed */
+  unsigned shard;                  /* (both written before `state` turns LIVE, with release) */
   _Atomic size_t req;              /* the size the caller asked for */
   _Atomic unsigned char state;
   unsigned char cidx;              /* class index, BIG: passed straight through */
@@ -248,8 +250,9 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
       if (b) atomic_fetch_add_explicit(&s->hits, 1, memory_order_relaxed);
     }
     if (b) {
+      b->tag = tag, b->shard = dv_shard();
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
-      atomic_store_explicit(&b->state, LIVE, memory_order_relaxed);
+      atomic_store_explicit(&b->state, LIVE, memory_order_release);
       if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
       dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize);
       *out = b->ptr;
@@ -268,7 +271,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   if (!(b = dv_zalloc_lines(sizeof *b))) { /* a line of its own: its stream's thread writes it */
     st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for a block record");
   } else {
-    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci;
+    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci, b->tag = tag, b->shard = dv_shard();
     atomic_init(&b->req, size);
     atomic_init(&b->state, LIVE);
     st = hash_insert(c, b);
@@ -293,10 +296,11 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   blk** at = sh->b ? hash_find(sh, h, ptr) : NULL;
   blk* b = at ? *at : NULL;
   devrt_status st = DEVRT_OK;
+  bool live = b && atomic_load_explicit(&b->state, memory_order_acquire) == LIVE;
   size_t req = b ? atomic_load_explicit(&b->req, memory_order_relaxed) : 0;
   if (!b)
     st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: ptr %p was not allocated by this resource (%s)", ptr, self->name);
-  else if (atomic_load_explicit(&b->state, memory_order_relaxed) != LIVE)
+  else if (!live)
     st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: ptr %p is already free (double free)", ptr);
   else if (req != size)
     st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: size %zu of ptr %p differs from the %zu bytes allocated", size, ptr, req);
@@ -304,6 +308,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     dv_spin_unlock(&sh->mu);
     return st;
   }
+  dv_freed freed = {b->tag, b->shard};
   bool keep = b->cidx != BIG;
   if (keep && c->o.max_cached_bytes &&
       atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed) + b->rsize > c->o.max_cached_bytes) {
@@ -321,7 +326,10 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     if (!s->l && !(s->l = calloc(1, sizeof *s->l))) keep = false;
     else s->bs = bs, push_head(s, b);
     dv_spin_unlock(&s->mu);
-    if (keep) return DEVRT_OK;
+    if (keep) {
+      dv_last_freed = freed;
+      return DEVRT_OK;
+    }
     dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize); /* no lists: pass it on */
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     hash_remove(c, b);
@@ -334,6 +342,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   }
   own_release(c, b->rsize);
   free(b);
+  dv_last_freed = freed;
   return DEVRT_OK;
 }
 
@@ -460,6 +469,8 @@ static const devrt_resource_vtable caching_vtable = {
     .trim = caching_trim,
     .destroy = caching_destroy,
 };
+bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
+
 
 devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
                                            devrt_resource** out) {

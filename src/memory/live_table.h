@@ -14,9 +14,9 @@ typedef struct dv_live_table dv_live_table;
 
 devrt_status dv_live_create(const char* who, dv_live_table** out);
 void dv_live_destroy(dv_live_table* t);
-/* DEVICE_ALLOC_FAILED (message naming `who`) when the table cannot grow. */
-devrt_status dv_live_insert(dv_live_table* t, const char* who, void* p, size_t size, uint64_t rounded, const char* tag);
-typedef struct dv_live_entry { uint64_t rounded; const char* tag; } dv_live_entry;
+/* What a live allocation records besides its size: the pool's rounding of it, its tag and the
+ * allocating thread's shard (account.h; the statistics layer above reads the last two back). */
+typedef struct dv_live_entry { uint64_t rounded; const char* tag; unsigned shard; } dv_live_entry;
 /* Takes the entry of p, allocated with exactly `size` bytes, out of the table into *out. Else
  * INVALID_ARGUMENT: "<who> deallocate: ..." (unknown pointer, double free or wrong size). */
 devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out);

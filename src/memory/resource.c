@@ -1,6 +1,7 @@
 /* resource.c: the resource head (init, reference counting) and the checked public entry points
  * that every resource, devrt's or a user's, is called through. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
@@ -9,11 +10,36 @@
 /* ---- the shared account (account.h) ---- */
 
 _Thread_local unsigned dv_tshard;
-static _Atomic unsigned next_shard;
+_Thread_local dv_freed dv_last_freed;
+static _Atomic uint64_t owned;        /* bit i: owned shard i is taken by a live thread */
+static _Atomic unsigned next_shared;  /* round robin over the shared shards */
+static pthread_key_t shard_key;       /* its destructor gives the owned shard back */
+static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
+
+static void shard_give_back(void* v) {
+  atomic_fetch_and_explicit(&owned, ~(1ull << ((uintptr_t)v - 1)), memory_order_release);
+  dv_tshard = 0; /* a later call from another key's destructor takes a shard again */
+}
+static void shard_key_init(void) {
+  if (pthread_key_create(&shard_key, shard_give_back)) shard_key = (pthread_key_t)-1;
+}
 
 unsigned dv_shard_assign(void) {
-  dv_tshard = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % DV_SHARDS + 1;
-  return dv_tshard - 1;
+  _Static_assert(DV_OWNED == 64 && DV_SHARDS > DV_OWNED, "one bit of `owned` per owned shard");
+  pthread_once(&shard_once, shard_key_init);
+  uint64_t v = atomic_load_explicit(&owned, memory_order_relaxed);
+  while (~v && shard_key != (pthread_key_t)-1) {
+    unsigned i = (unsigned)__builtin_ctzll(~v);
+    if (atomic_compare_exchange_weak_explicit(&owned, &v, v | 1ull << i, memory_order_acquire, memory_order_relaxed)) {
+      if (pthread_setspecific(shard_key, (void*)(uintptr_t)(i + 1))) { /* cannot give it back at exit: keep it shared */
+        atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release);
+        break;
+      }
+      return (dv_tshard = i + 1) - 1;
+    }
+  }
+  unsigned i = DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) % (DV_SHARDS - DV_OWNED);
+  return (dv_tshard = i + 1) - 1;
 }
 
 void* dv_zalloc_lines(size_t size) {

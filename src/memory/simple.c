@@ -45,6 +45,7 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
     return st;
   }
   uint64_t rounded = e.rounded;
+  dv_last_freed = (dv_freed){e.tag, e.shard};
   dv_account_sub(self->account, DV_LIVE, rounded);
   dv_account_release(self->account, rounded);
   return DEVRT_OK;
@@ -82,6 +83,8 @@ static const devrt_resource_vtable simple_vtable = {
     .trim = simple_trim,
     .destroy = simple_destroy,
 };
+bool dv_simple_is(const devrt_resource* r) { return r->vtable == &simple_vtable; }
+
 
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_simple_resource_create");

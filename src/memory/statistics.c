@@ -1,11 +1,11 @@
 /* statistics.c: statistics decorator: bytes and allocation counts {current, peak, total}, overall and
  * per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes). Counters
- * rise after upstream's allocate succeeded and fall before upstream's deallocate runs (restored if it
- * refuses), so threads racing on a recycled address never count it twice. Counters are sharded by
- * thread (each thread writes its own cache line; st_grow keeps the peak); tags sit in a fixed table
- * read lock-free (entries are published with a release store of the count; adding one takes a mutex;
- * tags past the table share "(other)"); a sharded pointer map (ptr -> requested size, tag, shard)
- * tells a free what to subtract, and where. */
+ * rise after upstream's allocate succeeded. Over a recording layer (caching, async, simple) they
+ * fall once its deallocate accepted the free, by the tag and shard of its record (dv_last_freed);
+ * over any other upstream this layer keeps a sharded pointer map (ptr -> size, tag, shard) and they
+ * fall before the free (restored if it is refused). Counters are sharded by thread (account.h;
+ * st_grow keeps the peak); tags sit in a fixed table read lock-free (entries are published with a
+ * release store of the count; adding one takes a mutex; tags past the table share "(other)"). */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -18,11 +18,13 @@
 #define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
 #define ST_CELLS DV_SHARDS /* counter shards: one per thread shard */
 
-/* One thread shard of one pair's counters ([0] bytes, [1] count): a cache line of its own. cur
- * and total are exact as sums over the shards (a free subtracts on the shard that allocated);
- * mark and hi serve the peak (st_grow). */
+/* One thread shard of one pair's counters ([0] bytes, [1] count). Its thread writes the first
+ * line (cur, total; hi and mark with st_grow); a free on another thread adds to `debt` on the
+ * second, so the shard's current is cur - debt and the owner's line takes no locked instruction
+ * (account.h). Sums of cur - debt and of total are exact; mark and hi serve the peak (st_grow). */
 typedef struct st_cell {
   _Alignas(64) _Atomic int64_t cur[2], total[2], mark[2], hi[2];
+  _Alignas(64) _Atomic int64_t debt[2];
 } st_cell;
 typedef struct st_pair {
   st_cell* cells; /* ST_CELLS */
@@ -53,6 +55,7 @@ typedef struct dv_stats {
   _Atomic unsigned ntags;  /* published entries of tags[] */
   st_tag tags[ST_TAGS];
   st_pair other;
+  bool borrow; /* upstream is a recording layer: read its records, keep no map (st_deallocate) */
   st_shard shards[ST_SHARDS];
 } dv_stats;
 
@@ -66,10 +69,29 @@ static bool st_pair_init(st_pair* p) {
 
 static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
 static void st(_Atomic int64_t* x, int64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
-static int64_t sum(const st_pair* p, size_t field, int k) { /* field: offsetof the st_cell member */
+/* Shard s's current (cur read before debt: a racing free can only make it read low). */
+static int64_t cur_of(st_cell* c, int k) {
+  int64_t v = ld(&c->cur[k]);
+  return v - ld(&c->debt[k]);
+}
+static int64_t sum_cur(const st_pair* p, int k) {
   int64_t n = 0;
-  for (unsigned i = 0; i < ST_CELLS; i++) n += ld((_Atomic int64_t*)((char*)&p->cells[i] + field) + k);
+  for (unsigned i = 0; i < ST_CELLS; i++) n += cur_of(&p->cells[i], k);
   return n;
+}
+static int64_t sum_total(const st_pair* p, int k) {
+  int64_t n = 0;
+  for (unsigned i = 0; i < ST_CELLS; i++) n += ld(&p->cells[i].total[k]);
+  return n;
+}
+/* Adds d to a counter of shard s written by this thread (dv_cell_add); returns the new value. */
+static int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
+  if (DV_LIKELY(s < DV_OWNED)) {
+    int64_t v = ld(x) + d;
+    st(x, v);
+    return v;
+  }
+  return atomic_fetch_add_explicit(x, d, memory_order_relaxed) + d;
 }
 
 /* The peak without a shared counter on the hot path. Each shard has a mark; while every shard's
@@ -86,7 +108,7 @@ static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
   for (unsigned i = 0; i < ST_CELLS; i++)
     for (int k = 0; k < 2; k++) {
-      cur[i][k] = ld(&p->cells[i].cur[k]);
+      cur[i][k] = cur_of(&p->cells[i], k);
       int64_t hi = ld(&p->cells[i].hi[k]);
       want[i][k] = hi > cur[i][k] ? hi : cur[i][k];
       tot[k] += cur[i][k], wsum[k] += want[i][k];
@@ -119,8 +141,8 @@ static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
   int64_t d[2] = {(int64_t)size, 1};
   bool over = false;
   for (int k = 0; k < 2; k++) {
-    int64_t v = atomic_fetch_add_explicit(&c->cur[k], d[k], memory_order_relaxed) + d[k];
-    if (total) atomic_fetch_add_explicit(&c->total[k], d[k], memory_order_relaxed);
+    int64_t v = bump(&c->cur[k], d[k], s) - ld(&c->debt[k]);
+    if (total) bump(&c->total[k], d[k], s);
     if (v > ld(&c->hi[k])) st(&c->hi[k], v);
     over = over || v > ld(&c->mark[k]);
   }
@@ -128,22 +150,30 @@ static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
   return s;
 }
 
+/* A free of `size` allocated on `shard`: off that shard's current, as its debt when another
+ * thread frees it. */
 static void st_sub(st_pair* p, unsigned shard, uint64_t size) {
-  atomic_fetch_sub_explicit(&p->cells[shard].cur[0], (int64_t)size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&p->cells[shard].cur[1], 1, memory_order_relaxed);
+  unsigned me = dv_shard();
+  st_cell* c = &p->cells[shard];
+  if (shard == me) {
+    bump(&c->cur[0], -(int64_t)size, me), bump(&c->cur[1], -1, me);
+  } else {
+    atomic_fetch_add_explicit(&c->debt[0], (int64_t)size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->debt[1], 1, memory_order_relaxed);
+  }
 }
 
 static devrt_memory_counter st_read(const st_pair* p, int k) {
-  int64_t cur = sum(p, offsetof(st_cell, cur), k), peak = ld((_Atomic int64_t*)&p->peak[k]);
-  return (devrt_memory_counter){cur, peak > cur ? peak : cur, sum(p, offsetof(st_cell, total), k)};
+  int64_t cur = sum_cur(p, k), peak = ld((_Atomic int64_t*)&p->peak[k]);
+  return (devrt_memory_counter){cur, peak > cur ? peak : cur, sum_total(p, k)};
 }
 
 static void st_reset(dv_stats* S, st_pair* p) {
   pthread_mutex_lock(&S->grow_mu);
   for (int k = 0; k < 2; k++) {
-    st(&p->peak[k], sum(p, offsetof(st_cell, cur), k));
+    st(&p->peak[k], sum_cur(p, k));
     for (unsigned i = 0; i < ST_CELLS; i++) {
-      int64_t c = ld(&p->cells[i].cur[k]);
+      int64_t c = cur_of(&p->cells[i], k);
       st(&p->cells[i].mark[k], c), st(&p->cells[i].hi[k], c);
     }
   }
@@ -160,6 +190,7 @@ static st_pair* st_find(dv_stats* S, const char* tag) {
   return NULL;
 }
 
+/* The tag's counters ("(other)" once the table is full; NULL: no host memory for a new one). */
 static st_pair* st_tag_of(dv_stats* S, const char* tag) {
   st_pair* p = st_find(S, tag);
   if (p) return p;
@@ -170,7 +201,7 @@ static st_pair* st_tag_of(dv_stats* S, const char* tag) {
       S->tags[n].name = tag;
       p = &S->tags[n].c;
       atomic_store_explicit(&S->ntags, n + 1, memory_order_release);
-    } else {
+    } else if (n == ST_TAGS) {
       p = &S->other;
     }
   }
@@ -242,26 +273,39 @@ static bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
 
 static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
   dv_stats* S = (dv_stats*)self;
-  DV_CHECK(devrt_resource_allocate(self->upstream, size, stream, tag, out));
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
-  uintptr_t k = (uintptr_t)*out;
-  st_shard* sh = st_shard_of(S, k);
-  dv_spin_lock(&sh->mu);
-  bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
-  dv_spin_unlock(&sh->mu);
-  if (!ok) {
-    devrt_resource_deallocate(self->upstream, *out, size, stream);
-    *out = NULL;
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
-                   tag ? tag : "untagged");
+  if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
+  DV_CHECK(devrt_resource_allocate(self->upstream, size, stream, tag, out));
+  if (!S->borrow) {
+    uintptr_t k = (uintptr_t)*out;
+    st_shard* sh = st_shard_of(S, k);
+    dv_spin_lock(&sh->mu);
+    bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
+    dv_spin_unlock(&sh->mu);
+    if (!ok) {
+      devrt_resource_deallocate(self->upstream, *out, size, stream);
+      *out = NULL;
+      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
+                     tag ? tag : "untagged");
+    }
   }
   st_add(S, &S->all, size, true);
   st_add(S, t, size, true);
   return DEVRT_OK;
 }
 
+/* Over a recording layer the counters fall once its deallocate accepted the free, by its record
+ * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
+ * if upstream refuses it). */
 static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
+  if (S->borrow) {
+    DV_CHECK(devrt_resource_deallocate(self->upstream, ptr, size, stream));
+    dv_freed f = dv_last_freed;
+    st_sub(&S->all, f.shard, size);
+    st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size); /* found: its allocation added it */
+    return DEVRT_OK;
+  }
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
@@ -318,6 +362,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
+  S->borrow = dv_caching_is(upstream) || dv_async_is(upstream) || dv_simple_is(upstream);
   devrt_status s = devrt_resource_init(&S->base, &st_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
