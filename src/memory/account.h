@@ -43,14 +43,16 @@ struct dv_mem_account {
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else
  * one of the shared ones. */
 extern _Thread_local unsigned dv_tshard;
+extern _Atomic unsigned dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
-/* Adds n (modulo 2^64) to a counter of shard s, written by this thread. */
+/* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store
+ * on x86), so a reader that sees the sum also sees what this thread did before. */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
   if (DV_LIKELY(s < DV_OWNED))
-    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n, memory_order_relaxed);
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n, memory_order_release);
   else
-    atomic_fetch_add_explicit(x, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(x, n, memory_order_release);
 }
 
 /* A test-and-test-and-set lock for the record tables and free lists: one atomic exchange to
@@ -137,6 +139,15 @@ static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q
   q->cached_bytes = dv_account_sum(a, DV_CACHED);
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
+}
+
+/* A devrt layer calling its upstream: the arguments were checked where the stack was entered
+ * (devrt_resource_allocate / _deallocate), and a layer holds its upstream. */
+static inline devrt_status dv_up_allocate(devrt_resource* self, size_t size, devrt_stream s, const char* tag, void** out) {
+  return self->upstream->vtable->allocate(self->upstream, size, s, tag, out);
+}
+static inline devrt_status dv_up_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream s) {
+  return self->upstream->vtable->deallocate(self->upstream, p, size, s);
 }
 
 #define DV_RES_CHECK(r, call)                                                                      \

@@ -138,13 +138,16 @@ typedef struct batch {
   uint64_t bytes;
 } batch;
 
-/* One per stream-pool slot: bytes freed on its stream since the last batch was closed (a free
- * adds them without the mutex), and the closed batches (a ring, oldest first, under mu), each
- * covered by one event recorded after its frees. */
+/* One per stream-pool slot. A free counts its bytes on its own thread shard's row of `freed`
+ * (a plain store: account.h), so frees take no lock and write no shared line; the slot's total is
+ * the sum down its column. A reap closes a batch over what that sum has grown by since the last
+ * one (covered), under one event recorded after those frees; batches sit in a ring, oldest first. */
 typedef struct aslot {
   _Alignas(64) pthread_mutex_t mu;
-  _Atomic(dv_stream*) s; /* the slot's backend stream, noted by the frees on it */
-  _Atomic uint64_t open;
+  _Atomic(dv_stream*) s;     /* the slot's backend stream, noted by the frees on it */
+  uint64_t covered;          /* freed bytes batched so far (under mu) */
+  _Atomic uint64_t retired;  /* freed bytes retired so far (written under mu): equal to the
+                                column's sum when nothing on the slot is pending */
   batch* q;
   unsigned head, n, cap;
 } aslot;
@@ -153,7 +156,8 @@ typedef struct async_res {
   devrt_resource base;
   dv_live_table* live;
   aslot* slots;
-  unsigned nslots;
+  unsigned nslots, stride;   /* stride: a row of `freed`, whole cache lines */
+  _Atomic uint64_t* freed;   /* [DV_SHARDS][stride]: bytes freed per thread shard and slot, ever */
   pthread_mutex_t ev_mu; /* the free list of events (never destroyed before destroy) */
   dv_event** evs;
   unsigned nev, evcap;
@@ -186,12 +190,22 @@ static void event_give(async_res* a, dv_event* e) {
   pthread_mutex_unlock(&a->ev_mu);
 }
 
-/* Closes the slot's open batch (caller holds sl->mu): takes the open bytes, records an event on
- * the stream and files the bytes under it. Correctness: a free adds to `open` only after its
- * pool_free returned, so every free whose bytes the exchange took was enqueued on this stream
- * before the record, and a stream runs its work in order: the event completes no earlier than
- * those frees. A free that adds after the exchange lands in the next batch. */
-static devrt_status close_batch(async_res* a, aslot* sl) {
+/* Bytes freed on slot i so far, as far as this thread sees (the shards past dv_shard_span have
+ * never been written). */
+static uint64_t freed_sum(async_res* a, unsigned i) {
+  uint64_t n = 0;
+  for (unsigned k = 0, end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); k < end; k++)
+    n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i], memory_order_acquire);
+  return n;
+}
+
+/* Closes a batch over the slot's frees up to `upto` (a freed_sum; caller holds sl->mu): records
+ * an event on the stream and files the new bytes under it. Correctness: a free counts its bytes
+ * (a release store) only after its pool_free returned, and the sum was read (acquire) before the
+ * record, so every free in it was enqueued on this stream before the event, and a stream runs its
+ * work in order: the event completes no earlier than those frees. A free counted after the read
+ * lands in a later batch. */
+static devrt_status close_batch(async_res* a, aslot* sl, uint64_t upto) {
   devrt_runtime* rt = a->base.rt;
   if (sl->n == sl->cap) {
     unsigned cap = sl->cap ? sl->cap * 2 : 8;
@@ -205,14 +219,13 @@ static devrt_status close_batch(async_res* a, aslot* sl) {
   }
   dv_event* e = NULL;
   DV_CHECK(event_take(a, &e));
-  uint64_t open = atomic_exchange_explicit(&sl->open, 0, memory_order_acq_rel);
   devrt_status st = rt->be->event_record(e, atomic_load_explicit(&sl->s, memory_order_relaxed));
   if (st != DEVRT_OK) {
-    atomic_fetch_add_explicit(&sl->open, open, memory_order_relaxed);
     event_give(a, e);
     return st;
   }
-  sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, open};
+  sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, upto - sl->covered};
+  sl->covered = upto;
   return DEVRT_OK;
 }
 
@@ -225,6 +238,8 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     bool done = false;
     DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
+    atomic_store_explicit(&sl->retired, atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
+                          memory_order_relaxed);
     dv_account_sub(acc, DV_PENDING, b->bytes);
     dv_account_release(acc, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
@@ -245,8 +260,10 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   *reaped = 0;
   for (unsigned i = 0; i < a->nslots; i++) {
     aslot* sl = &a->slots[i];
+    uint64_t upto = freed_sum(a, i);
+    if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed)) continue; /* nothing pending here */
     pthread_mutex_lock(&sl->mu);
-    devrt_status st = atomic_load_explicit(&sl->open, memory_order_relaxed) ? close_batch(a, sl) : DEVRT_OK;
+    devrt_status st = upto != sl->covered ? close_batch(a, sl, upto) : DEVRT_OK;
     dv_stream* s = sl->n ? atomic_load_explicit(&sl->s, memory_order_relaxed) : NULL;
     if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
     pthread_mutex_unlock(&sl->mu);
@@ -297,9 +314,10 @@ static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size,
   uint64_t rounded = e.rounded;
   dv_last_freed = (dv_freed){e.tag, e.shard};
   dv_account_move(self->account, DV_LIVE, DV_PENDING, rounded);
-  aslot* sl = &a->slots[DV_SID_SLOT(stream)];
+  unsigned i = DV_SID_SLOT(stream), k = dv_shard();
+  aslot* sl = &a->slots[i];
   if (atomic_load_explicit(&sl->s, memory_order_relaxed) != s) atomic_store_explicit(&sl->s, s, memory_order_relaxed);
-  atomic_fetch_add_explicit(&sl->open, rounded, memory_order_release);
+  dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded, k); /* a release: after the pool_free */
   return DEVRT_OK;
 }
 
@@ -324,6 +342,7 @@ static void async_free(async_res* a) {
   for (unsigned i = 0; i < a->nev; i++) rt->be->event_destroy(rt->dev, a->evs[i]);
   free(a->evs);
   free(a->slots);
+  free(a->freed);
   pthread_mutex_destroy(&a->ev_mu);
   dv_live_destroy(a->live);
   free(a->base.account);
@@ -395,12 +414,16 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   async_res* a = calloc(1, sizeof *a);
   dv_mem_account* acc = dv_account_new();
   aslot* slots = dv_zalloc_lines((size_t)rt->nslots * sizeof *slots);
-  if (!a || !acc || !slots) {
-    free(a), free(acc), free(slots);
+  unsigned stride = (rt->nslots + 7) / 8 * 8;
+  _Atomic uint64_t* freed = dv_zalloc_lines((size_t)DV_SHARDS * stride * sizeof *freed);
+  if (!a || !acc || !slots || !freed) {
+    free(a), free(acc), free(slots), free(freed);
     return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_async_resource_create: out of host memory (%u slots)", rt->nslots);
   }
   a->slots = slots;
   a->nslots = rt->nslots;
+  a->freed = freed;
+  a->stride = stride;
   for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_init(&slots[i].mu, NULL);
   pthread_mutex_init(&a->ev_mu, NULL);
   a->base.account = acc;
@@ -421,13 +444,11 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   async_res* a = (async_res*)r;
   aslot* sl = &a->slots[slot];
   dv_mem_account* acc = r->account;
-  uint64_t n = 0;
   pthread_mutex_lock(&sl->mu);
-  for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--) { /* every batch has completed */
-    n += sl->q[sl->head].bytes;
-    event_give(a, sl->q[sl->head].ev);
-  }
-  n += atomic_exchange(&sl->open, 0); /* frees enqueued before the synchronize: complete too */
+  for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--) event_give(a, sl->q[sl->head].ev); /* all complete */
+  uint64_t upto = freed_sum(a, slot), n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
+  sl->covered = upto;
+  atomic_store(&sl->retired, upto);
   atomic_store(&sl->s, NULL);
   pthread_mutex_unlock(&sl->mu);
   dv_account_sub(acc, DV_PENDING, n);

@@ -70,7 +70,7 @@ static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, co
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
     bool refused_here = !b->owns && !admit(b, n);
     if (!refused_here) {
-      s = devrt_resource_allocate(b->r.upstream, size, stream, tag, out);
+      s = dv_up_allocate(&b->r, size, stream, tag, out);
       if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
@@ -94,7 +94,7 @@ static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream
 
 static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   budget* b = (budget*)r;
-  DV_CHECK(devrt_resource_deallocate(r->upstream, ptr, size, stream)); /* a refused free changes nothing */
+  DV_CHECK(dv_up_deallocate(r, ptr, size, stream)); /* a refused free changes nothing */
   if (!b->owns) atomic_fetch_sub(&b->live, charge(b, size));
   return DEVRT_OK;
 }

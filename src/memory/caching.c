@@ -263,7 +263,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   void* p = NULL;
   uint64_t rsize = dv_round(self->account, (size_t)cls);
   if (!own_admit(c, rsize)) return dv_account_refuse(&c->own, "caching allocate", size, rsize, tag);
-  devrt_status st = devrt_resource_allocate(self->upstream, (size_t)cls, stream, tag, &p);
+  devrt_status st = dv_up_allocate(self, (size_t)cls, stream, tag, &p);
   if (st != DEVRT_OK) {
     own_rollback(c, rsize);
     return st;
@@ -278,7 +278,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   }
   if (st != DEVRT_OK) {
     free(b);
-    if (devrt_resource_deallocate(self->upstream, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
+    if (dv_up_deallocate(self, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
     return st;
   }
   if (self->account == &c->own) dv_account_add(&c->own, DV_LIVE, rsize);
@@ -334,7 +334,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     hash_remove(c, b);
   }
-  st = devrt_resource_deallocate(self->upstream, ptr, (size_t)b->cls, stream);
+  st = dv_up_deallocate(self, ptr, (size_t)b->cls, stream);
   if (st != DEVRT_OK) { /* upstream kept it: still live here */
     atomic_store_explicit(&b->state, LIVE, memory_order_relaxed);
     if (hash_insert(c, b) != DEVRT_OK) free(b);
@@ -391,7 +391,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
        * bytes leave `cached` only after the leaf's free has added them to `pending`. */
       dv_account_add(self->account, DV_LIVE, b->rsize);
       hash_remove(c, b);
-      st = devrt_resource_deallocate(self->upstream, b->ptr, (size_t)b->cls, tid);
+      st = dv_up_deallocate(self, b->ptr, (size_t)b->cls, tid);
       if (st == DEVRT_OK) {
         dv_account_sub(self->account, DV_CACHED, b->rsize);
         own_release(c, b->rsize);

@@ -131,7 +131,7 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
 }
 
 static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
-  devrt_status s = devrt_resource_allocate(self->upstream, size, stream, tag, out);
+  devrt_status s = dv_up_allocate(self, size, stream, tag, out);
   lg_log((dv_logging*)self, lg_now(), s == DEVRT_OK ? "allocate" : "allocate failure", s == DEVRT_OK ? *out : NULL,
          size, stream, tag, s);
   return s;
@@ -141,7 +141,7 @@ static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream 
  * the free's Time is always earlier than that allocate's Time (rows are written as calls finish). */
 static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   uint64_t t = lg_now();
-  devrt_status s = devrt_resource_deallocate(self->upstream, ptr, size, stream);
+  devrt_status s = dv_up_deallocate(self, ptr, size, stream);
   lg_log((dv_logging*)self, t, "free", ptr, size, stream, NULL, s);
   return s;
 }

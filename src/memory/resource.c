@@ -13,6 +13,7 @@ _Thread_local unsigned dv_tshard;
 _Thread_local dv_freed dv_last_freed;
 static _Atomic uint64_t owned;        /* bit i: owned shard i is taken by a live thread */
 static _Atomic unsigned next_shared;  /* round robin over the shared shards */
+_Atomic unsigned dv_shard_span;
 static pthread_key_t shard_key;       /* its destructor gives the owned shard back */
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
@@ -22,6 +23,14 @@ static void shard_give_back(void* v) {
 }
 static void shard_key_init(void) {
   if (pthread_key_create(&shard_key, shard_give_back)) shard_key = (pthread_key_t)-1;
+}
+
+/* This thread takes shard i: raises the span before the thread writes anything there. */
+static unsigned span(unsigned i) {
+  unsigned v = atomic_load_explicit(&dv_shard_span, memory_order_relaxed);
+  while (v <= i && !atomic_compare_exchange_weak_explicit(&dv_shard_span, &v, i + 1, memory_order_release, memory_order_relaxed)) {}
+  dv_tshard = i + 1;
+  return i;
 }
 
 unsigned dv_shard_assign(void) {
@@ -35,11 +44,10 @@ unsigned dv_shard_assign(void) {
         atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release);
         break;
       }
-      return (dv_tshard = i + 1) - 1;
+      return span(i);
     }
   }
-  unsigned i = DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) % (DV_SHARDS - DV_OWNED);
-  return (dv_tshard = i + 1) - 1;
+  return span(DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) % (DV_SHARDS - DV_OWNED));
 }
 
 void* dv_zalloc_lines(size_t size) {
@@ -61,7 +69,8 @@ dv_mem_account* dv_account_new(void) {
 
 uint64_t dv_account_sum(const dv_mem_account* a, int fig) {
   uint64_t n = 0;
-  for (unsigned i = 0; i < DV_SHARDS; i++) n += atomic_load_explicit(&a->sh[i].f[fig], memory_order_relaxed);
+  for (unsigned i = 0, end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); i < end; i++)
+    n += atomic_load_explicit(&a->sh[i].f[fig], memory_order_relaxed);
   return n > UINT64_MAX / 2 ? 0 : n;
 }
 

@@ -275,7 +275,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
   dv_stats* S = (dv_stats*)self;
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
-  DV_CHECK(devrt_resource_allocate(self->upstream, size, stream, tag, out));
+  DV_CHECK(dv_up_allocate(self, size, stream, tag, out));
   if (!S->borrow) {
     uintptr_t k = (uintptr_t)*out;
     st_shard* sh = st_shard_of(S, k);
@@ -283,7 +283,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
     bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
     dv_spin_unlock(&sh->mu);
     if (!ok) {
-      devrt_resource_deallocate(self->upstream, *out, size, stream);
+      dv_up_deallocate(self, *out, size, stream);
       *out = NULL;
       return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
                      tag ? tag : "untagged");
@@ -300,7 +300,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
 static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
   if (S->borrow) {
-    DV_CHECK(devrt_resource_deallocate(self->upstream, ptr, size, stream));
+    DV_CHECK(dv_up_deallocate(self, ptr, size, stream));
     dv_freed f = dv_last_freed;
     st_sub(&S->all, f.shard, size);
     st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size); /* found: its allocation added it */
@@ -312,10 +312,10 @@ static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, 
   dv_spin_lock(&sh->mu);
   bool known = st_remove(sh, k, &e);
   dv_spin_unlock(&sh->mu);
-  if (!known) return devrt_resource_deallocate(self->upstream, ptr, size, stream); /* upstream refuses it */
+  if (!known) return dv_up_deallocate(self, ptr, size, stream); /* upstream refuses it */
   st_sub(&S->all, e.shard, e.size);
   st_sub(e.tag, e.shard, e.size);
-  devrt_status s = devrt_resource_deallocate(self->upstream, ptr, size, stream);
+  devrt_status s = dv_up_deallocate(self, ptr, size, stream);
   if (s != DEVRT_OK) { /* refused: the allocation is still there */
     dv_spin_lock(&sh->mu);
     e.shard = dv_shard(); /* restored on this thread's shard */
