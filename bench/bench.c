@@ -23,7 +23,7 @@ static int cmp_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-static bench_stat stat_of(double* v, int n) {
+bench_stat bench_stat_of(double* v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   bench_stat s = {v[n / 2], v[n / 10], v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1]};
   return s;
@@ -56,24 +56,29 @@ static int timed_round(void* ctx, bench_body fn, int (*sync)(void*), int iters, 
 
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                int (*sync)(void*), int iters, int rounds) {
+  return bench_pair_iters(b, op, ctx, devrt_fn, raw_fn, sync, iters, iters, rounds);
+}
+
+int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
+                     int (*sync)(void*), int iters, int raw_iters, int rounds) {
   double* d = malloc(sizeof(double) * (size_t)rounds * 2);
   double* r = d + rounds;
   double warm;
-  int rc = timed_round(ctx, devrt_fn, sync, iters, &warm) || timed_round(ctx, raw_fn, sync, iters, &warm);
+  int rc = timed_round(ctx, devrt_fn, sync, iters, &warm) || timed_round(ctx, raw_fn, sync, raw_iters, &warm);
   for (int i = 0; !rc && i < rounds; i++) /* interleave so drift hits both sides alike */
-    rc = (i & 1) ? (timed_round(ctx, raw_fn, sync, iters, &r[i]) || timed_round(ctx, devrt_fn, sync, iters, &d[i]))
-                 : (timed_round(ctx, devrt_fn, sync, iters, &d[i]) || timed_round(ctx, raw_fn, sync, iters, &r[i]));
+    rc = (i & 1) ? (timed_round(ctx, raw_fn, sync, raw_iters, &r[i]) || timed_round(ctx, devrt_fn, sync, iters, &d[i]))
+                 : (timed_round(ctx, devrt_fn, sync, iters, &d[i]) || timed_round(ctx, raw_fn, sync, raw_iters, &r[i]));
   if (rc) {
     free(d);
     return -1;
   }
-  bench_stat sd = stat_of(d, rounds), sr = stat_of(r, rounds);
+  bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds);
   b->devrt = sd, b->raw = sr;
   double ratio = sd.median / sr.median, over = sd.median - sr.median;
   if (b->opts->json)
-    printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
+    printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
            "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"overhead_ns\":%.1f}",
-           b->rows ? "," : "", op, iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90, ratio, over);
+           b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90, ratio, over);
   else
     printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f %+8.1f\n", op, sd.median, sd.p10, sd.p90,
            sr.median, sr.p10, sr.p90, ratio, over);

@@ -21,6 +21,8 @@ typedef struct bench_suite {
 } bench_suite;
 
 uint64_t bench_now_ns(void);
+/* Median, p10 and p90 of n values (sorts them). */
+bench_stat bench_stat_of(double* v, int n);
 
 /* Prints "bench <suite>: <what>: <STATUS>: <devrt_last_error()>" and returns -1. */
 int bench_fail(const char* suite, const char* what, devrt_status s);
@@ -38,6 +40,9 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
  * overhead. sync (may be NULL) runs after every round, outside the timed region. */
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                int (*sync)(void* ctx), int iters, int rounds);
+/* As bench_pair, with raw_fn timed over raw_iters ops a round (a slow raw side stays short). */
+int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
+                     int (*sync)(void* ctx), int iters, int raw_iters, int rounds);
 void bench_end(bench_suite* b);
 /* Appends printf-style text to the string in buf (cap bytes in all): JSON fragments of a footer. */
 void bench_cat(char* buf, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -60,8 +60,8 @@ static inline unsigned class_of(size_t n, uint64_t* cls) {
     return 0;
   }
   unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
-  uint64_t step = (uint64_t)1 << (k - 2), q = (n - ((uint64_t)1 << k) + step - 1) / step;
-  *cls = ((uint64_t)1 << k) + q * step;
+  uint64_t q = (n - ((uint64_t)1 << k) + ((uint64_t)1 << (k - 2)) - 1) >> (k - 2); /* quarter steps */
+  *cls = ((uint64_t)1 << k) + (q << (k - 2));
   return (k - MIN_SHIFT) * STEPS + (unsigned)q;
 }
 
