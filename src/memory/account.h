@@ -11,6 +11,10 @@
 #include "devrt/resource.h"
 #include "../core/error.h"
 
+/* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
+ * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
+#define DV_LINE 128
+
 /* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
  * cache line, so the hot paths of different threads share no written line; a figure is the sum
  * of its shards (modulo 2^64: one shard may go "negative" when a block allocated by one thread is
@@ -20,7 +24,7 @@
  * is admitted on `held`, the one shared word. */
 enum { DV_OWNED = 64, DV_SHARDS = 72, DV_LIVE = 0, DV_PENDING, DV_CACHED, DV_NFIGS };
 typedef struct dv_acct_shard {
-  _Alignas(64) _Atomic uint64_t f[DV_NFIGS]; /* live: handed out above a caching layer; pending:
+  _Alignas(DV_LINE) _Atomic uint64_t f[DV_NFIGS]; /* live: handed out above a caching layer; pending:
                                                 freed to the pool, completion not yet observed;
                                                 cached: in a caching layer's free lists */
 } dv_acct_shard;
@@ -30,7 +34,7 @@ struct dv_mem_account {
   /* live + pending + cached as one word: what the stack holds of the device. A leaf admits new
    * memory with one compare-and-swap against `limit` before it asks the pool, and takes it back
    * when a reap retires the free; moving bytes between the figures never touches it. */
-  _Alignas(64) _Atomic uint64_t held;
+  _Alignas(DV_LINE) _Atomic uint64_t held;
   _Atomic uint64_t limit;     /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
   _Atomic uintptr_t owner;    /* that budget */
   _Atomic uint64_t reaped;    /* total retired by reaps */
@@ -67,8 +71,8 @@ static inline void dv_spin_lock(dv_spin* l) {
 }
 static inline void dv_spin_unlock(dv_spin* l) { atomic_store_explicit(l, false, memory_order_release); }
 
-/* Zeroed host memory in whole cache lines: records and tables that different threads write must
- * not share a line (resource.c). */
+/* Zeroed host memory in whole DV_LINE units: records and tables that different threads write must
+ * not share one (resource.c). */
 void* dv_zalloc_lines(size_t size);
 
 /* A zeroed account with no owner (resource.c). */

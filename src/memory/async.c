@@ -18,7 +18,7 @@ typedef struct entry {
 } entry;
 
 typedef struct shard {
-  _Alignas(64) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu;
   entry* e;
   size_t cap, n; /* cap: 0 or a power of two */
 } shard;
@@ -143,7 +143,7 @@ typedef struct batch {
  * the sum down its column. A reap closes a batch over what that sum has grown by since the last
  * one (covered), under one event recorded after those frees; batches sit in a ring, oldest first. */
 typedef struct aslot {
-  _Alignas(64) pthread_mutex_t mu;
+  _Alignas(DV_LINE) pthread_mutex_t mu;
   _Atomic(dv_stream*) s;     /* the slot's backend stream, noted by the frees on it */
   uint64_t covered;          /* freed bytes batched so far (under mu) */
   _Atomic uint64_t retired;  /* freed bytes retired so far (written under mu): equal to the
@@ -414,7 +414,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   async_res* a = calloc(1, sizeof *a);
   dv_mem_account* acc = dv_account_new();
   aslot* slots = dv_zalloc_lines((size_t)rt->nslots * sizeof *slots);
-  unsigned stride = (rt->nslots + 7) / 8 * 8;
+  unsigned stride = (rt->nslots + 15) / 16 * 16; /* rows of whole DV_LINEs */
   _Atomic uint64_t* freed = dv_zalloc_lines((size_t)DV_SHARDS * stride * sizeof *freed);
   if (!a || !acc || !slots || !freed) {
     free(a), free(acc), free(slots), free(freed);

@@ -27,7 +27,7 @@ typedef struct fence { dv_event* ev; uint64_t epoch; struct fence* next; } fence
 typedef struct lists { blk *head[NCLS], *tail[NCLS]; } lists;
 
 typedef struct slot {
-  _Alignas(64) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu;
   lists* l;                       /* allocated on the first free on this slot */
   _Atomic uint64_t nonempty[2];   /* class bitmap; written under mu, read without it */
   dv_stream* bs;                  /* the slot's backend stream (set on the first free) */
@@ -37,7 +37,7 @@ typedef struct slot {
 } slot;
 
 typedef struct shard {
-  _Alignas(64) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu;
   blk** b;
   size_t nb, n;
 } shard;
@@ -323,7 +323,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
   if (keep) {
     dv_account_move(self->account, DV_LIVE, DV_CACHED, b->rsize); /* before it is visible */
     dv_spin_lock(&s->mu);
-    if (!s->l && !(s->l = calloc(1, sizeof *s->l))) keep = false;
+    if (!s->l && !(s->l = dv_zalloc_lines(sizeof *s->l))) keep = false;
     else s->bs = bs, push_head(s, b);
     dv_spin_unlock(&s->mu);
     if (keep) {

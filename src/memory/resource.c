@@ -51,8 +51,8 @@ unsigned dv_shard_assign(void) {
 }
 
 void* dv_zalloc_lines(size_t size) {
-  size = (size + 63) / 64 * 64;
-  void* p = aligned_alloc(64, size);
+  size = (size + DV_LINE - 1) / DV_LINE * DV_LINE;
+  void* p = aligned_alloc(DV_LINE, size);
   return p ? memset(p, 0, size) : NULL;
 }
 

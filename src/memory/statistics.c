@@ -23,8 +23,8 @@
  * second, so the shard's current is cur - debt and the owner's line takes no locked instruction
  * (account.h). Sums of cur - debt and of total are exact; mark and hi serve the peak (st_grow). */
 typedef struct st_cell {
-  _Alignas(64) _Atomic int64_t cur[2], total[2], mark[2], hi[2];
-  _Alignas(64) _Atomic int64_t debt[2];
+  _Alignas(DV_LINE) _Atomic int64_t cur[2], total[2], mark[2], hi[2];
+  _Alignas(64) _Atomic int64_t debt[2]; /* the unit's second line */
 } st_cell;
 typedef struct st_pair {
   st_cell* cells; /* ST_CELLS */
@@ -42,7 +42,7 @@ typedef struct st_ent {
   unsigned shard; /* the allocating thread's */
 } st_ent;
 typedef struct st_shard {
-  _Alignas(64) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu;
   st_ent* e;                    /* open addressing, linear probing, load <= 1/2 */
   size_t cap, n;
 } st_shard;
