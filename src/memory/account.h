@@ -13,7 +13,9 @@
 
 /* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
  * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
+#ifndef DV_LINE
 #define DV_LINE 128
+#endif
 
 /* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
  * cache line, so the hot paths of different threads share no written line; a figure is the sum

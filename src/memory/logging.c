@@ -199,7 +199,7 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt
   DV_ARG_CHECK(o.format == DEVRT_LOG_CSV || o.format == DEVRT_LOG_JSONL, "devrt_logging_resource_create",
                "format %d is neither DEVRT_LOG_CSV nor DEVRT_LOG_JSONL", (int)o.format);
 
-  dv_logging* L = calloc(1, sizeof *L);
+  dv_logging* L = dv_zalloc_lines(sizeof *L);
   if (!L) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_logging_resource_create: no host memory");
   L->format = o.format;
   L->callback = o.callback;

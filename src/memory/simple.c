@@ -89,7 +89,7 @@ bool dv_simple_is(const devrt_resource* r) { return r->vtable == &simple_vtable;
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_simple_resource_create");
   DV_ARG_CHECK(out, "devrt_simple_resource_create", "out is NULL");
-  simple_res* r = calloc(1, sizeof *r);
+  simple_res* r = dv_zalloc_lines(sizeof *r);
   dv_mem_account* acc = dv_account_new();
   if (!r || !acc) {
     free(r), free(acc);
