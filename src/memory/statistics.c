@@ -23,9 +23,11 @@
  * second, so the shard's current is cur - debt and the owner's line takes no locked instruction
  * (account.h). Sums of cur - debt and of total are exact; mark and hi serve the peak (st_grow). */
 typedef struct st_cell {
-  _Alignas(DV_LINE) _Atomic int64_t cur[2], total[2], mark[2], hi[2];
-  _Alignas(64) _Atomic int64_t debt[2]; /* the unit's second line */
+  _Alignas(DV_LINE) _Atomic int64_t cur[2]; /* _Alignas binds to one declarator: the unit's start */
+  _Atomic int64_t total[2], mark[2], hi[2];
+  _Alignas(64) _Atomic int64_t debt[2];     /* the unit's second line */
 } st_cell;
+_Static_assert(sizeof(st_cell) == DV_LINE, "a thread shard's counters fill one unit");
 typedef struct st_pair {
   st_cell* cells; /* ST_CELLS */
   _Atomic int64_t peak[2];
