@@ -9,7 +9,9 @@
 #define DV_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define DV_LIKELY(x) __builtin_expect(!!(x), 1)
 #define DV_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define DV_INLINE __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
 #else
+#define DV_INLINE inline
 #define DV_PRINTF(a, b)
 #define DV_LIKELY(x) (x)
 #define DV_UNLIKELY(x) (x)

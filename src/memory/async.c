@@ -73,7 +73,7 @@ void dv_live_destroy(dv_live_table* t) {
 }
 
 /* DEVICE_ALLOC_FAILED (message naming `who`) when the table cannot grow. */
-static devrt_status insert(dv_live_table* t, const char* who, void* p, size_t size, const dv_live_entry* v) {
+static DV_INLINE devrt_status insert(dv_live_table* t, const char* who, void* p, size_t size, const dv_live_entry* v) {
   shard* sh = shard_of(t, p);
   entry x = {p, size, *v};
   dv_spin_lock(&sh->mu);
@@ -96,19 +96,19 @@ static devrt_status insert(dv_live_table* t, const char* who, void* p, size_t si
   return DEVRT_OK;
 }
 
-devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded) {
+DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded) {
   *rounded = dv_round(a, size);
   return dv_account_admit(a, *rounded) ? DEVRT_OK : dv_account_refuse(a, who, size, *rounded, tag);
 }
 
-devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
+DV_INLINE devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
                            const char* tag) {
   DV_CHECK(insert(t, who, p, size, &(dv_live_entry){rounded, tag, dv_shard()}));
   dv_account_add(a, DV_LIVE, rounded);
   return DEVRT_OK;
 }
 
-devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
+DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
   shard* sh = shard_of(t, p);
   dv_spin_lock(&sh->mu);
   entry* e = find(sh, p);

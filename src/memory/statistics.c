@@ -87,7 +87,7 @@ static int64_t sum_total(const st_pair* p, int k) {
   return n;
 }
 /* Adds d to a counter of shard s written by this thread (dv_cell_add); returns the new value. */
-static int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
+static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
   if (DV_LIKELY(s < DV_OWNED)) {
     int64_t v = ld(x) + d;
     st(x, v);
@@ -137,7 +137,7 @@ static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
 
 /* An allocation of `size` appears on this thread's shard (total: a new one, not a refused free
  * being restored); returns the shard. */
-static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
+static DV_INLINE unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
   unsigned s = dv_shard();
   st_cell* c = &p->cells[s];
   int64_t d[2] = {(int64_t)size, 1};
@@ -154,7 +154,7 @@ static unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
 
 /* A free of `size` allocated on `shard`: off that shard's current, as its debt when another
  * thread frees it. */
-static void st_sub(st_pair* p, unsigned shard, uint64_t size) {
+static DV_INLINE void st_sub(st_pair* p, unsigned shard, uint64_t size) {
   unsigned me = dv_shard();
   st_cell* c = &p->cells[shard];
   if (shard == me) {
@@ -185,17 +185,21 @@ static void st_reset(dv_stats* S, st_pair* p) {
 
 /* ---- tags ---- */
 
-static st_pair* st_find(dv_stats* S, const char* tag) {
+static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
     if (S->tags[i].name == tag || !strcmp(S->tags[i].name, tag)) return &S->tags[i].c;
   return NULL;
 }
 
+static st_pair* st_tag_add(dv_stats* S, const char* tag);
 /* The tag's counters ("(other)" once the table is full; NULL: no host memory for a new one). */
-static st_pair* st_tag_of(dv_stats* S, const char* tag) {
+static DV_INLINE st_pair* st_tag_of(dv_stats* S, const char* tag) {
   st_pair* p = st_find(S, tag);
-  if (p) return p;
+  return p ? p : st_tag_add(S, tag);
+}
+static st_pair* st_tag_add(dv_stats* S, const char* tag) {
+  st_pair* p = NULL;
   pthread_mutex_lock(&S->tag_mu);
   if (!(p = st_find(S, tag))) {
     unsigned n = atomic_load_explicit(&S->ntags, memory_order_relaxed);
