@@ -36,19 +36,19 @@ typedef struct dv_slot {
 } dv_slot;
 
 struct devrt_runtime {
-  _Atomic uint64_t magic;
+  _Atomic uint64_t magic; /* this line: what every stream lookup and backend call reads */
   const dv_backend* be;
   dv_dev* dev;
+  uint64_t serial;
+  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions' */
+  unsigned npool, nslots;
   devrt_config cfg;
   devrt_device_info info;
-  uint64_t serial;
   bool owned;
   char reason[256];
 
   pthread_mutex_t pool_mu;
   pthread_cond_t pool_cv;
-  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions' */
-  unsigned npool, nslots;
   dv_pool pool;        /* the runtime's stream pool */
   int spare_head;      /* unassigned partition slots, under pool_mu */
 

@@ -9,11 +9,12 @@
 
 typedef struct budget {
   devrt_resource r;
+  bool owns;              /* the stack's account carries this limit: its leaves admit new memory
+                             (next to the head: an owner's hot path reads one line) */
+  bool wait_for_pending;
   _Atomic uint64_t limit; /* devrt_partition_set_budget may change it */
   _Atomic uint64_t live;  /* non-owners: bytes admitted here and not freed (rounded as the stack charges) */
   struct budget* parent;  /* sub-budgets: the budget they nest under (their upstream) */
-  bool owns;              /* the stack's account carries this limit: its leaves admit new memory */
-  bool wait_for_pending;
   devrt_fallback_fn fallback;
   void* fallback_user;
   _Atomic uint64_t fallbacks;

@@ -49,15 +49,15 @@ typedef struct st_shard {
   size_t cap, n;
 } st_shard;
 
-typedef struct dv_stats {
+typedef struct dv_stats { /* what every call reads first: the head, borrow, all, ntags, the first tags */
   devrt_resource base;
-  st_pair all;
-  pthread_mutex_t tag_mu;  /* serialises adding a tag */
-  pthread_mutex_t grow_mu; /* serialises st_grow */
+  bool borrow; /* upstream is a recording layer: read its records, keep no map (st_deallocate) */
   _Atomic unsigned ntags;  /* published entries of tags[] */
+  st_pair all;
   st_tag tags[ST_TAGS];
   st_pair other;
-  bool borrow; /* upstream is a recording layer: read its records, keep no map (st_deallocate) */
+  pthread_mutex_t tag_mu;  /* serialises adding a tag */
+  pthread_mutex_t grow_mu; /* serialises st_grow */
   st_shard shards[ST_SHARDS];
 } dv_stats;
 
