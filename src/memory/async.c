@@ -29,7 +29,7 @@ static uint64_t hash_ptr(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) *
 static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> (64 - SHARD_BITS)]; }
 static size_t home(const shard* sh, const void* p) { return (size_t)(hash_ptr(p) >> 16) & (sh->cap - 1); }
 
-static entry* find(shard* sh, const void* p) {
+static DV_INLINE entry* find(shard* sh, const void* p) {
   if (!sh->cap) return NULL;
   for (size_t i = home(sh, p);; i = (i + 1) & (sh->cap - 1)) {
     if (sh->e[i].p == p) return &sh->e[i];
@@ -37,7 +37,7 @@ static entry* find(shard* sh, const void* p) {
   }
 }
 
-static void put(shard* sh, const entry* x) {
+static DV_INLINE void put(shard* sh, const entry* x) {
   size_t i = home(sh, x->p);
   while (sh->e[i].p) i = (i + 1) & (sh->cap - 1);
   sh->e[i] = *x;
@@ -45,7 +45,7 @@ static void put(shard* sh, const entry* x) {
 }
 
 /* Removes e by backward shift, so probe chains stay unbroken without tombstones. */
-static void erase(shard* sh, entry* e) {
+static DV_INLINE void erase(shard* sh, entry* e) {
   size_t m = sh->cap - 1, i = (size_t)(e - sh->e), j = i;
   for (;;) {
     j = (j + 1) & m;
