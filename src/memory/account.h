@@ -18,7 +18,7 @@
 #endif
 
 /* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
- * cache line, so the hot paths of different threads share no written line; a figure is the sum
+ * DV_LINE unit, so the hot paths of different threads share no written line; a figure is the sum
  * of its shards (modulo 2^64: one shard may go "negative" when a block allocated by one thread is
  * freed by another). The first DV_OWNED shards each belong to one live thread at a time, which
  * updates them with a plain load and store (dv_cell_add): no locked instruction. Threads past
