@@ -1,6 +1,7 @@
 /* test_memory_stress.c: the resource stack under threads: 16 threads allocating at random never
  * push the budget past its limit; reaps racing frees from 8 threads lose and double count
- * nothing, every figure back to zero at the end. */
+ * nothing, every figure back to zero at the end; 80 threads at once (past the 64 owned shards,
+ * so some share theirs), each freeing a neighbour's block too, leave every counter exact. */
 #include <pthread.h>
 #include "test.h"
 
@@ -78,6 +79,74 @@ static void stress(devrt_runtime* rt, devrt_resource* top, uint64_t limit, int n
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0 && f.available_bytes == limit);
 }
 
+/* ---- more live threads than owned shards ---- */
+enum { CROWD = 80, CROWD_ITERS = 200 };
+typedef struct {
+  devrt_runtime* rt;
+  devrt_resource* top;
+  pthread_barrier_t* bar;
+  void** handed; /* [CROWD]: the block each thread leaves for its neighbour */
+  int id, errors;
+} crowd;
+static void* crowd_run(void* p) {
+  crowd* c = p;
+  devrt_stream s;
+  if (devrt_stream_acquire(c->rt, DEVRT_ACQUIRE_SHARE, &s)) { c->errors++; return NULL; }
+  pthread_barrier_wait(c->bar); /* all 80 alive: the last ones take shared shards */
+  for (int i = 0; i < CROWD_ITERS; i++) {
+    void* q;
+    if (devrt_resource_allocate(c->top, 4096 + (size_t)i, s, i & 1 ? "odd" : "even", &q) ||
+        devrt_resource_deallocate(c->top, q, 4096 + (size_t)i, s))
+      c->errors++;
+  }
+  if (devrt_resource_allocate(c->top, 1000, s, "handed", &c->handed[c->id])) c->errors++;
+  pthread_barrier_wait(c->bar);
+  if (devrt_resource_deallocate(c->top, c->handed[(c->id + 1) % CROWD], 1000, s)) c->errors++; /* another thread's */
+  devrt_stream_synchronize(c->rt, s);
+  devrt_stream_release(c->rt, s);
+  return NULL;
+}
+static void shards_past_owned(devrt_runtime* rt) {
+  devrt_resource *leaf, *cache, *stats;
+  REQUIRE_OK(devrt_async_resource_create(rt, &leaf));
+  REQUIRE_OK(devrt_caching_resource_create(leaf, NULL, &cache));
+  REQUIRE_OK(devrt_statistics_resource_create(cache, &stats));
+  pthread_barrier_t bar;
+  pthread_barrier_init(&bar, NULL, CROWD);
+  void* handed[CROWD] = {0};
+  crowd c[CROWD];
+  pthread_t t[CROWD];
+  for (int i = 0; i < CROWD; i++) {
+    c[i] = (crowd){rt, stats, &bar, handed, i, 0};
+    pthread_create(&t[i], NULL, crowd_run, &c[i]);
+  }
+  int errors = 0;
+  for (int i = 0; i < CROWD; i++) pthread_join(t[i], NULL), errors += c[i].errors;
+  devrt_memory_stats all, even, odd, hand;
+  CHECK_OK(devrt_statistics_get(stats, NULL, &all));
+  CHECK_OK(devrt_statistics_get(stats, "even", &even));
+  CHECK_OK(devrt_statistics_get(stats, "odd", &odd));
+  CHECK_OK(devrt_statistics_get(stats, "handed", &hand));
+  CHECK_OK(devrt_resource_trim(stats, NULL));
+  CHECK_OK(devrt_resource_reap(stats, DEVRT_REAP_WAIT, NULL));
+  devrt_resource_figures f;
+  CHECK_OK(devrt_resource_query(stats, &f));
+  printf("%d threads at once: %d errors; counts total %lld (even %lld, odd %lld, handed %lld), current %lld bytes %lld; "
+         "end live %llu pending %llu cached %llu\n", CROWD, errors, (long long)all.count.total, (long long)even.count.total,
+         (long long)odd.count.total, (long long)hand.count.total, (long long)all.count.current, (long long)all.bytes.current,
+         (unsigned long long)f.live_bytes, (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
+  CHECK(errors == 0);
+  CHECK(all.count.total == CROWD * (CROWD_ITERS + 1) && hand.count.total == CROWD);
+  CHECK(even.count.total == CROWD * CROWD_ITERS / 2 && odd.count.total == CROWD * CROWD_ITERS / 2);
+  CHECK(all.count.current == 0 && all.bytes.current == 0 && hand.count.current == 0 && even.bytes.current == 0);
+  CHECK(all.count.peak >= 1 && all.count.peak <= 2 * CROWD);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0);
+  pthread_barrier_destroy(&bar);
+  devrt_resource_release(stats);
+  devrt_resource_release(cache);
+  devrt_resource_release(leaf);
+}
+
 int main(void) {
   devrt_config cfg;
   REQUIRE_OK(devrt_config_init(&cfg));
@@ -97,6 +166,7 @@ int main(void) {
   devrt_resource_release(b2);
   devrt_resource_release(cache);
   devrt_resource_release(leaf);
+  shards_past_owned(rt);
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();
 }
