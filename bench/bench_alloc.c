@@ -91,9 +91,10 @@ static int random_raw(void* p, int iters) { (void)iters; return random_run(p, tr
 static int random_sync(void* p) { return sync_reap(((rctx*)p)->c); }
 
 /* ---- threads, each on its own stream ---- */
+enum { RUN_STACK, RUN_RAW, RUN_PRIVATE }; /* what a thread runs; private: CPU work, the machine's own scaling */
 typedef struct tctx {
   actx c;
-  int mode; /* 0: the stack, 1: raw, 2: private CPU work (the machine's own scaling) */
+  int mode; /* RUN_* */
   int iters, threads;
   _Atomic int* ready; /* a spinning start line: the threads begin together */
   uint64_t t0, t1;
@@ -117,7 +118,7 @@ static void* thread_body(void* p) {
   atomic_fetch_add(t->ready, 1);
   while (atomic_load(t->ready) < t->threads) sched_yield();
   t->t0 = bench_now_ns();
-  t->rc = t->mode == 1 ? raw_pair(&t->c, t->iters) : t->mode == 2 ? private_work(t->iters) : stack_pair(&t->c, t->iters);
+  t->rc = t->mode == RUN_RAW ? raw_pair(&t->c, t->iters) : t->mode == RUN_PRIVATE ? private_work(t->iters) : stack_pair(&t->c, t->iters);
   t->t1 = bench_now_ns();
   return NULL;
 }
@@ -143,8 +144,8 @@ static int mt_run(mt* m, int mode, int iters) {
   return rc;
 }
 /* Reported per op of all threads together: ns = wall time / (threads * iters). */
-static int mt_stack(void* p, int n) { mt* m = p; return mt_run(m, 0, n / m->threads); }
-static int mt_raw(void* p, int n) { mt* m = p; return mt_run(m, 1, n / m->threads); }
+static int mt_stack(void* p, int n) { mt* m = p; return mt_run(m, RUN_STACK, n / m->threads); }
+static int mt_raw(void* p, int n) { mt* m = p; return mt_run(m, RUN_RAW, n / m->threads); }
 /* The machine's own scaling: 16 threads of private work against one, the same work per thread
  * (median of 5). */
 static double private_scaling(mt* m, int iters) {
@@ -152,7 +153,7 @@ static double private_scaling(mt* m, int iters) {
   for (int k = 0; k < 5; k++)
     for (int i = 0; i < 2; i++) {
       m->threads = i ? 16 : 1;
-      mt_run(m, 2, iters);
+      mt_run(m, RUN_PRIVATE, iters);
       span[i][k] = (double)m->span;
     }
   return 16 * bench_stat_of(span[0], 5).median / bench_stat_of(span[1], 5).median;

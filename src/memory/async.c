@@ -407,7 +407,6 @@ static const devrt_resource_vtable async_vtable = {
 };
 bool dv_async_is(const devrt_resource* r) { return r->vtable == &async_vtable; }
 
-
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_async_resource_create");
   DV_ARG_CHECK(out, "devrt_async_resource_create", "out is NULL");
@@ -440,7 +439,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
 }
 
 void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
-  if (r->vtable != &async_vtable) return;
+  if (!dv_async_is(r)) return;
   async_res* a = (async_res*)r;
   aslot* sl = &a->slots[slot];
   dv_mem_account* acc = r->account;

@@ -471,7 +471,6 @@ static const devrt_resource_vtable caching_vtable = {
 };
 bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
 
-
 devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
                                            devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_caching_resource_create", "out is NULL");
@@ -500,7 +499,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
 }
 
 void dv_caching_forget_slot(devrt_resource* r, unsigned i) {
-  if (r->vtable != &caching_vtable) return;
+  if (!dv_caching_is(r)) return;
   slot* t = &((cache*)r)->slots[i];
   dv_spin_lock(&t->mu);
   poll_fences((cache*)r, t);

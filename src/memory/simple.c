@@ -85,7 +85,6 @@ static const devrt_resource_vtable simple_vtable = {
 };
 bool dv_simple_is(const devrt_resource* r) { return r->vtable == &simple_vtable; }
 
-
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_simple_resource_create");
   DV_ARG_CHECK(out, "devrt_simple_resource_create", "out is NULL");

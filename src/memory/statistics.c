@@ -49,16 +49,16 @@ typedef struct st_shard {
   size_t cap, n;
 } st_shard;
 
-typedef struct dv_stats { /* what every call reads first: the head, borrow, all, ntags, the first tags */
+typedef struct dv_stats { /* what every call reads first: the head, shards, ntags, all, the first tags */
   devrt_resource base;
-  bool borrow; /* upstream is a recording layer: read its records, keep no map (st_deallocate) */
+  st_shard* shards;        /* the pointer map [ST_SHARDS]; NULL over a recording layer, whose records
+                              tell a free its tag and shard (st_deallocate) */
   _Atomic unsigned ntags;  /* published entries of tags[] */
   st_pair all;
   st_tag tags[ST_TAGS];
   st_pair other;
   pthread_mutex_t tag_mu;  /* serialises adding a tag */
   pthread_mutex_t grow_mu; /* serialises st_grow */
-  st_shard shards[ST_SHARDS];
 } dv_stats;
 
 static const devrt_resource_vtable st_vtable;
@@ -282,7 +282,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
   DV_CHECK(dv_up_allocate(self, size, stream, tag, out));
-  if (!S->borrow) {
+  if (S->shards) {
     uintptr_t k = (uintptr_t)*out;
     st_shard* sh = st_shard_of(S, k);
     dv_spin_lock(&sh->mu);
@@ -305,7 +305,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
  * if upstream refuses it). */
 static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
-  if (S->borrow) {
+  if (!S->shards) {
     DV_CHECK(dv_up_deallocate(self, ptr, size, stream));
     dv_freed f = dv_last_freed;
     st_sub(&S->all, f.shard, size);
@@ -345,7 +345,8 @@ static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) 
 
 static void st_destroy(devrt_resource* self) {
   dv_stats* S = (dv_stats*)self;
-  for (int i = 0; i < ST_SHARDS; i++) free(S->shards[i].e);
+  for (int i = 0; S->shards && i < ST_SHARDS; i++) free(S->shards[i].e);
+  free(S->shards);
   pthread_mutex_destroy(&S->tag_mu);
   pthread_mutex_destroy(&S->grow_mu);
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_relaxed);
@@ -364,11 +365,12 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   if (!S) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
   pthread_mutex_init(&S->grow_mu, NULL);
-  if (!st_pair_init(&S->all) || !st_pair_init(&S->other)) {
+  bool records = dv_caching_is(upstream) || dv_async_is(upstream) || dv_simple_is(upstream);
+  if (!st_pair_init(&S->all) || !st_pair_init(&S->other) ||
+      (!records && !(S->shards = dv_zalloc_lines(sizeof(st_shard) * ST_SHARDS)))) {
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
-  S->borrow = dv_caching_is(upstream) || dv_async_is(upstream) || dv_simple_is(upstream);
   devrt_status s = devrt_resource_init(&S->base, &st_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
