@@ -8,7 +8,7 @@
 #include "block.h"
 #include "../memory/account.h"
 
-enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3 };
+enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3, GROUP_MAX = 64 };
 #define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
 #define GEN_MASK ((1ull << 40) - 1)
 
@@ -16,22 +16,44 @@ enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, IN
 static _Atomic uint64_t next_gen = 1;
 #define FREEING 0x80000000u
 
+/* What later uses must respect: the last writer and one reader per slot since. */
+typedef struct dv_track {
+  dv_pev* writer;
+  dv_wait* readers; /* points at inl until it outgrows it */
+  unsigned nreaders, capreaders;
+  dv_wait inl[INLINE_READERS];
+} dv_track;
+
+/* Blocks used again and again as one set with one access (a producer's outputs, then its
+ * consumer's inputs) share one record of their tracking state, so such a launch locks and writes
+ * one record, not one per block. Any other use of a member dissolves the group first, giving
+ * every member the group's state back. Groups are pooled and never freed before the runtime. */
+typedef struct dv_group {
+  atomic_flag lock;
+  bool live;
+  uint32_t pins; /* launches issuing against it; passed on to the members if it dissolves */
+  unsigned n;
+  uint64_t gen;  /* bumped when it dissolves: a launch that pinned it then finishes block by block */
+  dv_track t;
+  devrt_block h[GROUP_MAX];
+  struct dv_group *next, *all; /* pool; every group (for teardown) */
+} dv_group;
+
 typedef struct dv_blk {
   atomic_flag lock;
   bool live;
   bool pending; /* reserved by a queued allocation that has not been issued: no memory yet */
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
   uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
-  _Atomic uint64_t ver; /* bumped under the lock by every change of what follows (the repeat path reads it) */
+  _Atomic uint64_t ver; /* bumped under the lock by every change of t or group (the repeat path reads it) */
+  _Atomic(dv_group*) group; /* set (under both locks): t is empty, the group's record holds the state */
+  uint64_t lastset;         /* the set of blocks its last tracked use declared (a hash) */
   void* ptr;
   size_t size;
   const char* tag;
   devrt_stream stream;
   devrt_resource* res; /* what allocated it: the stack, or its stream's partition's sub-budget */
-  dv_pev* writer;
-  dv_wait* readers; /* one per slot; points at inl until it outgrows it */
-  unsigned nreaders, capreaders;
-  dv_wait inl[INLINE_READERS];
+  dv_track t;
 } dv_blk;
 
 typedef struct shard { /* free indices */
@@ -45,13 +67,18 @@ struct dv_blocks {
   pthread_mutex_t grow_mu;
   _Atomic uint32_t next; /* indices handed out so far */
   shard sh[NSHARD];
+  pthread_mutex_t group_mu; /* the group pool */
+  dv_group *groups, *all_groups;
 };
 
-static void lock(dv_blk* b) {
-  for (unsigned n = 0; atomic_flag_test_and_set_explicit(&b->lock, memory_order_acquire); n++)
+static void spin(atomic_flag* f) {
+  for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++)
     if (n > 64) sched_yield();
 }
+static void lock(dv_blk* b) { spin(&b->lock); }
 static void unlock(dv_blk* b) { atomic_flag_clear_explicit(&b->lock, memory_order_release); }
+static void glock(dv_group* g) { spin(&g->lock); }
+static void gunlock(dv_group* g) { atomic_flag_clear_explicit(&g->lock, memory_order_release); }
 /* b's tracking state changed (b locked); seq_cst: see dv_repeat_try and dv_block_free_on. */
 static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1); }
 
@@ -67,6 +94,7 @@ devrt_status dv_blocks_init(devrt_runtime* rt) {
   memset(rt->evslots, 0, sizeof *rt->evslots * rt->nslots);
   for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_init(&rt->evslots[i].mu, NULL);
   pthread_mutex_init(&rt->blocks->grow_mu, NULL);
+  pthread_mutex_init(&rt->blocks->group_mu, NULL);
   for (unsigned i = 0; i < NSHARD; i++) pthread_mutex_init(&rt->blocks->sh[i].mu, NULL);
   return DEVRT_OK;
 }
@@ -78,9 +106,15 @@ void dv_blocks_fini(devrt_runtime* rt) {
   for (unsigned c = 0; c < NCHUNKS; c++) {
     dv_blk* ch = atomic_load(&t->chunk[c]);
     for (unsigned i = 0; ch && i < CHUNK; i++)
-      if (ch[i].readers != ch[i].inl) free(ch[i].readers);
+      if (ch[i].t.readers != ch[i].t.inl) free(ch[i].t.readers);
     free(ch);
   }
+  for (dv_group *g = t->all_groups, *nx; g; g = nx) {
+    nx = g->all;
+    if (g->t.readers != g->t.inl) free(g->t.readers);
+    free(g);
+  }
+  pthread_mutex_destroy(&t->group_mu);
   for (unsigned i = 0; i < NSHARD; i++) {
     free(t->sh[i].idx);
     pthread_mutex_destroy(&t->sh[i].mu);
@@ -155,10 +189,15 @@ static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
                  call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1), (uint64_t)(h >> INDEX_BITS));
 }
 
+/* The record of h's slot, unlocked (NULL if there is none); says nothing of h being live. */
+static dv_blk* record_of(devrt_runtime* rt, devrt_block h) {
+  uint64_t i = (h & ((1ull << INDEX_BITS) - 1)) - 1;
+  return h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire) ? at(rt->blocks, (uint32_t)i) : NULL;
+}
+
 /* The block of a live handle, locked; NULL (with the error set in *st) otherwise. */
 static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
-  uint64_t i = (h & ((1ull << INDEX_BITS) - 1)) - 1;
-  dv_blk* b = h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire) ? at(rt->blocks, (uint32_t)i) : NULL;
+  dv_blk* b = record_of(rt, h);
   if (b) {
     lock(b);
     if (b->live && b->gen == h >> INDEX_BITS) return b;
@@ -183,9 +222,10 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 /* ---- tracking ---- */
 
 /* Counts of one pass over blocks, added to the slot's counters once at its end. */
-typedef struct counts { uint32_t same, complete, coalesced; } counts;
+typedef struct counts { uint32_t same, complete, coalesced, grouped; } counts;
 
 static void counts_flush(dv_evslot* es, const counts* c) {
+  if (c->grouped) atomic_fetch_add_explicit(&es->grouped, c->grouped, memory_order_relaxed);
   if (c->same) atomic_fetch_add_explicit(&es->same, c->same, memory_order_relaxed);
   if (c->complete) atomic_fetch_add_explicit(&es->complete, c->complete, memory_order_relaxed);
   if (c->coalesced) atomic_fetch_add_explicit(&es->coalesced, c->coalesced, memory_order_relaxed);
@@ -216,73 +256,29 @@ static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsign
   w[(*n)++] = (dv_wait){p->slot, p};
 }
 
-static void gather(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, counts* c) {
-  if (b->writer) want(rt, slot, b->writer, w, n, c);
+static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, counts* c) {
+  if (t->writer) want(rt, slot, t->writer, w, n, c);
   if (a & DEVRT_ACCESS_WRITE)
-    for (unsigned k = 0; k < b->nreaders; k++) want(rt, slot, b->readers[k].ev, w, n, c);
+    for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c);
 }
 
 static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
   for (unsigned k = 0; k < n; k++) dv_pev_unref(rt, w[k].ev);
 }
 
-/* The references to mark `of` that recording access a of `slot` on b will replace. */
-static uint32_t drops_of(const dv_blk* b, devrt_access a, const dv_pev* of) {
-  uint32_t n = (a & DEVRT_ACCESS_WRITE) && b->writer == of;
-  for (unsigned k = 0; k < b->nreaders; k++) n += b->readers[k].ev == of; /* of is slot's: only its entry can match */
+/* The references to mark `of` that recording access a of `slot` on t will replace. */
+static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
+  uint32_t n = (a & DEVRT_ACCESS_WRITE) && t->writer == of;
+  for (unsigned k = 0; k < t->nreaders; k++) n += t->readers[k].ev == of; /* of is slot's: only its entry can match */
   return n;
 }
 
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
-                         const dv_pev* of, uint32_t* drops, const char* call) {
-  devrt_status st = DEVRT_OK;
-  counts c = {0};
-  *nw = 0;
-  uint32_t d = 0;
-  unsigned k = 0;
-  for (; k < n; k++) {
-    dv_blk* b = get_ready(rt, u[k].block, call, &st);
-    if (!b) break;
-    if (b->pins & FREEING) {
-      unlock(b);
-      st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
-      break;
-    }
-    b->pins++;
-    gather(rt, b, u[k].access, slot, w, nw, &c);
-    if (of) d += drops_of(b, u[k].access, of);
-    unlock(b);
-    u[k].b = b;
-  }
-  if (k == n) {
-    counts_flush(&rt->evslots[slot], &c);
-    if (drops) *drops = d;
-    return DEVRT_OK;
-  }
-  while (k--) {
-    lock(u[k].b);
-    u[k].b->pins--;
-    unlock(u[k].b);
-  }
-  drop_waits(rt, w, *nw);
-  *nw = 0;
-  return st;
-}
-
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
-                            uint32_t drops) {
-  devrt_status st = dv_slot_settle(rt, slot, of, drops);
-  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
-  if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
-  drop_waits(rt, w, n);
-  return st;
-}
-
-/* References moved by one pass over blocks: the new event's gains summed into one add, the old
- * events' losses grouped per event (most blocks of a launch share their old event too). */
+/* References moved by one pass over blocks: the new event's given in one add before the pass,
+ * the old events' losses grouped per event (most blocks of a launch share their old event too)
+ * and dropped after it. */
 typedef struct refs {
   dv_pev* ev;
-  uint32_t gain;
+  uint32_t gain, given; /* references to ev the records took; those provided for them */
   unsigned n;
   dv_pev* drop[8];
   uint32_t cnt[8];
@@ -301,74 +297,325 @@ static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
   r->drop[r->n] = p, r->cnt[r->n++] = 1;
 }
 
-/* The caller still holds its own reference on r->ev, so the delayed add is safe; `donate` gives
- * that reference to the blocks as one of the gains. */
-static void refs_apply_donate(devrt_runtime* rt, refs* r, bool donate) {
-  if (r->gain > donate) atomic_fetch_add_explicit(&r->ev->refs, r->gain - donate, memory_order_relaxed);
-  else if (r->gain < donate) dv_pev_unref(rt, r->ev);
+/* Provides n references to r->ev for the records about to take it, before any can: once a record
+ * is unlocked, another thread may replace the event there and drop that reference at once.
+ * With `donate` the caller's own reference is one of them. */
+static void refs_give(refs* r, uint32_t n, bool donate) {
+  r->given = n > donate ? n : donate;
+  if (r->given > donate) atomic_fetch_add_explicit(&r->ev->refs, r->given - donate, memory_order_relaxed);
+}
+
+/* Takes back the references given but not taken, and drops the old events'. */
+static void refs_apply(devrt_runtime* rt, refs* r) {
+  if (r->given > r->gain) dv_pev_unref_n(rt, r->ev, r->given - r->gain);
   for (unsigned k = 0; k < r->n; k++) dv_pev_unref_n(rt, r->drop[k], r->cnt[k]);
 }
-static void refs_apply(devrt_runtime* rt, refs* r) { refs_apply_donate(rt, r, false); }
 
-static void clear_readers(devrt_runtime* rt, dv_blk* b, refs* r) {
-  for (unsigned k = 0; k < b->nreaders; k++) drop(rt, r, b->readers[k].ev);
-  b->nreaders = 0;
+static void clear_readers(devrt_runtime* rt, dv_track* t, refs* r) {
+  for (unsigned k = 0; k < t->nreaders; k++) drop(rt, r, t->readers[k].ev);
+  t->nreaders = 0;
+}
+static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
+  clear_readers(rt, t, r);
+  if (t->writer) drop(rt, r, t->writer);
+  t->writer = NULL;
 }
 
-/* Records a read by `slot` at r->ev (b locked): replaces that slot's entry, or appends one after
- * pruning the entries known complete; false if the list cannot grow. */
-static bool add_reader(devrt_runtime* rt, dv_blk* b, unsigned slot, refs* r) {
-  for (unsigned k = 0; k < b->nreaders; k++)
-    if (b->readers[k].slot == slot) {
-      drop(rt, r, b->readers[k].ev);
-      b->readers[k].ev = r->ev;
-      r->gain++;
-      return true;
-    }
-  for (unsigned k = 0; k < b->nreaders;)
-    if (dv_pev_done(rt, b->readers[k].ev)) {
-      drop(rt, r, b->readers[k].ev);
-      b->readers[k] = b->readers[--b->nreaders];
+static bool grow(dv_track* t, unsigned need) {
+  if (need <= t->capreaders) return true;
+  unsigned cap = t->capreaders * 2 > need ? t->capreaders * 2 : need;
+  dv_wait* v = malloc(cap * sizeof *v);
+  if (!v) return false;
+  memcpy(v, t->readers, t->nreaders * sizeof *v);
+  if (t->readers != t->inl) free(t->readers);
+  t->readers = v, t->capreaders = cap;
+  return true;
+}
+
+/* Room for one more reader: the entries known complete go, else the list grows, else (out of
+ * host memory) the oldest entry is waited for on the host, and, complete, goes. False only if
+ * that wait fails (the device is lost). */
+static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
+  for (unsigned k = 0; k < t->nreaders;)
+    if (dv_pev_done(rt, t->readers[k].ev)) {
+      drop(rt, r, t->readers[k].ev);
+      t->readers[k] = t->readers[--t->nreaders];
     } else {
       k++;
     }
-  if (b->nreaders == b->capreaders) {
-    unsigned cap = b->capreaders * 2;
-    dv_wait* v = malloc(cap * sizeof *v);
-    if (!v) return false;
-    memcpy(v, b->readers, b->nreaders * sizeof *v);
-    if (b->readers != b->inl) free(b->readers);
-    b->readers = v, b->capreaders = cap;
-  }
-  b->readers[b->nreaders++] = (dv_wait){slot, r->ev};
+  if (grow(t, t->nreaders + 1)) return true;
+  dv_pev* p = t->readers[0].ev;
+  if (dv_pev_realize(rt, p) != DEVRT_OK ||
+      (atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED && rt->be->event_sync(p->ev) != DEVRT_OK))
+    return false;
+  drop(rt, r, p);
+  t->readers[0] = t->readers[--t->nreaders];
+  return true;
+}
+
+/* Records a read by `slot` at r->ev: replaces that slot's entry, or appends one. */
+static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
+  unsigned k = 0;
+  while (k < t->nreaders && t->readers[k].slot != slot) k++;
+  if (k < t->nreaders) drop(rt, r, t->readers[k].ev);
+  else if (!room(rt, t, r)) return false;
+  else k = t->nreaders++;
+  t->readers[k] = (dv_wait){slot, r->ev};
   r->gain++;
   return true;
 }
 
-static void record_use(devrt_runtime* rt, dv_blk* b, devrt_access a, unsigned slot, refs* r) {
-  touched(b);
-  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, b, slot, r)) return;
-  /* a write; or a read there is no room to track, kept as a write, which every later use respects */
-  clear_readers(rt, b, r);
-  if (b->writer) drop(rt, r, b->writer);
-  b->writer = r->ev;
+static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r) {
+  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) return;
+  /* a write; or a read there is no room to track (device lost), kept as a write */
+  clear_track(rt, t, r);
+  t->writer = r->ev;
   r->gain++;
 }
 
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                        bool pinned) {
-  refs r = {.ev = ev};
-  if (old) drop(rt, &r, old);
-  for (unsigned k = 0; k < n; k++) {
+/* ---- groups ---- */
+
+static dv_group* group_take(struct dv_blocks* bt) {
+  pthread_mutex_lock(&bt->group_mu);
+  dv_group* g = bt->groups;
+  if (g) bt->groups = g->next;
+  else if ((g = calloc(1, sizeof *g)) != NULL) {
+    g->t.readers = g->t.inl, g->t.capreaders = INLINE_READERS;
+    g->all = bt->all_groups, bt->all_groups = g;
+  }
+  pthread_mutex_unlock(&bt->group_mu);
+  return g;
+}
+
+static void group_give(struct dv_blocks* bt, dv_group* g) {
+  pthread_mutex_lock(&bt->group_mu);
+  g->next = bt->groups, bt->groups = g;
+  pthread_mutex_unlock(&bt->group_mu);
+}
+
+/* Gives every member of g the group's state (and its pins) back; g goes back to the pool. */
+static void dissolve(devrt_runtime* rt, dv_group* g) {
+  glock(g);
+  if (!g->live) {
+    gunlock(g);
+    return;
+  }
+  refs r = {0};
+  for (unsigned k = 0; k < g->n; k++) {
+    dv_blk* b = record_of(rt, g->h[k]); /* a member is live: a free dissolves its group first */
+    lock(b);
+    if ((b->t.writer = g->t.writer) != NULL) dv_pev_ref(b->t.writer);
+    for (unsigned j = 0; j < g->t.nreaders; j++) {
+      dv_wait e = g->t.readers[j];
+      dv_pev_ref(e.ev);
+      if (b->t.nreaders == b->t.capreaders && !room(rt, &b->t, &r)) dv_pev_unref(rt, e.ev); /* device lost */
+      else b->t.readers[b->t.nreaders++] = e;
+    }
+    b->pins += g->pins;
+    atomic_store_explicit(&b->group, NULL, memory_order_relaxed);
+    touched(b);
+    unlock(b);
+  }
+  clear_track(rt, &g->t, &r);
+  g->live = false, g->gen++, g->n = 0, g->pins = 0;
+  gunlock(g);
+  refs_apply(rt, &r);
+  group_give(rt->blocks, g);
+}
+
+/* As get_ready, with the block's own tracking state (its group dissolved). */
+static dv_blk* get_tracked(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
+  for (;;) {
+    dv_blk* b = get_ready(rt, h, call, st);
+    dv_group* g = b ? atomic_load_explicit(&b->group, memory_order_relaxed) : NULL;
+    if (!g) return b;
+    unlock(b);
+    dissolve(rt, g);
+  }
+}
+
+static void lock_tracked(devrt_runtime* rt, dv_blk* b) {
+  lock(b);
+  for (dv_group* g; (g = atomic_load_explicit(&b->group, memory_order_relaxed)) != NULL; lock(b)) {
+    unlock(b);
+    dissolve(rt, g);
+  }
+}
+
+static bool same_track(const dv_track* a, const dv_track* b) {
+  if (a->writer != b->writer || a->nreaders != b->nreaders) return false;
+  for (unsigned k = 0; k < a->nreaders; k++) {
+    unsigned j = 0;
+    while (j < b->nreaders && (b->readers[j].slot != a->readers[k].slot || b->readers[j].ev != a->readers[k].ev)) j++;
+    if (j == b->nreaders) return false;
+  }
+  return true;
+}
+
+/* After a launch through the usual path that used the same set of blocks as each one's previous
+ * use, with one access: their states (the same on each, unless another thread came between)
+ * move into one group. Blocks another launch has pinned are left alone. */
+static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
+  for (unsigned k = 1; k < n; k++)
+    if (u[k].access != u[0].access) return;
+  dv_group* g = n >= 2 && n <= GROUP_MAX ? group_take(rt->blocks) : NULL;
+  if (!g) return;
+  refs r = {0};
+  unsigned k = 0;
+  glock(g);
+  for (; k < n; k++) {
     dv_blk* b = u[k].b;
     lock(b);
-    if (ev) record_use(rt, b, u[k].access, slot, &r);
-    b->pins -= pinned;
+    bool ok = b->live && b->gen == u[k].block >> INDEX_BITS && !b->pins && !atomic_load_explicit(&b->group, memory_order_relaxed);
+    if (ok && k == 0 && (ok = grow(&g->t, b->t.nreaders))) { /* the first member's references become the group's */
+      g->t.writer = b->t.writer, g->t.nreaders = b->t.nreaders;
+      memcpy(g->t.readers, b->t.readers, b->t.nreaders * sizeof *b->t.readers);
+      b->t.writer = NULL, b->t.nreaders = 0;
+    } else if (ok && (ok = same_track(&b->t, &g->t))) {
+      clear_track(rt, &b->t, &r);
+    }
+    if (ok) {
+      atomic_store_explicit(&b->group, g, memory_order_relaxed);
+      g->h[k] = u[k].block;
+      touched(b);
+    }
+    unlock(b);
+    if (!ok) break;
+  }
+  g->n = k, g->live = true;
+  gunlock(g);
+  refs_apply(rt, &r);
+  if (k < n) dissolve(rt, g); /* the members so far get their state back */
+}
+
+/* The group whose members are exactly u's blocks, used with one access: pinned, with its waits
+ * gathered (counted as if block by block); false if there is none. */
+static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
+                      uint32_t* drops, dv_pinned* how) {
+  dv_blk* b0 = n >= 2 && n <= GROUP_MAX ? record_of(rt, u[0].block) : NULL;
+  dv_group* g = b0 ? atomic_load_explicit(&b0->group, memory_order_acquire) : NULL;
+  if (!g) return false;
+  glock(g);
+  bool ok = g->live && g->n == n, ordered = ok;
+  for (unsigned k = 0; ordered && k < n; k++) ordered = u[k].block == g->h[k] && u[k].access == u[0].access;
+  for (unsigned k = 0; ok && !ordered && k < n; k++) { /* distinct handles (deduplicated), each a member: the same set */
+    dv_blk* b = record_of(rt, u[k].block);
+    ok = b && atomic_load_explicit(&b->group, memory_order_relaxed) == g && b->gen == u[k].block >> INDEX_BITS &&
+         u[k].access == u[0].access;
+  }
+  if (!ok) {
+    gunlock(g);
+    return false;
+  }
+  g->pins++;
+  counts c = {0};
+  gather(rt, &g->t, u[0].access, slot, w, nw, &c);
+  if (of) *drops = drops_of(&g->t, u[0].access, of);
+  how->g = g, how->gen = g->gen;
+  gunlock(g);
+  c = (counts){c.same * n, c.complete * n, c.coalesced * n + *nw * (n - 1), 1};
+  counts_flush(&rt->evslots[slot], &c);
+  return true;
+}
+
+/* ---- the steps of a tracked use ---- */
+
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
+                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how) {
+  devrt_status st = DEVRT_OK;
+  *nw = 0;
+  *how = (dv_pinned){NULL, 0};
+  uint32_t d = 0;
+  if (group_pin(rt, u, n, slot, w, nw, of, &d, how)) {
+    if (drops) *drops = d;
+    return DEVRT_OK;
+  }
+  counts c = {0};
+  unsigned k = 0;
+  for (; k < n; k++) {
+    dv_blk* b = get_tracked(rt, u[k].block, call, &st);
+    if (!b) break;
+    if (b->pins & FREEING) {
+      unlock(b);
+      st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
+      break;
+    }
+    b->pins++;
+    gather(rt, &b->t, u[k].access, slot, w, nw, &c);
+    if (of) d += drops_of(&b->t, u[k].access, of);
+    unlock(b);
+    u[k].b = b;
+  }
+  if (k == n) {
+    counts_flush(&rt->evslots[slot], &c);
+    if (drops) *drops = d;
+    return DEVRT_OK;
+  }
+  while (k--) {
+    lock(u[k].b); /* pinned: never grouped meanwhile */
+    u[k].b->pins--;
+    unlock(u[k].b);
+  }
+  drop_waits(rt, w, *nw);
+  *nw = 0;
+  return st;
+}
+
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
+                            uint32_t drops) {
+  devrt_status st = dv_slot_settle(rt, slot, of, drops);
+  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
+  if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
+  drop_waits(rt, w, n);
+  return st;
+}
+
+/* A hash of a set of handles, whatever their order. */
+static uint64_t set_of(const dv_use* u, unsigned n) {
+  uint64_t h = 0;
+  for (unsigned k = 0; k < n; k++) h += (u[k].block ^ (u[k].block >> 29)) * 0xbf58476d1ce4e5b9ull;
+  return h;
+}
+
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+                        const dv_pinned* how) {
+  refs r = {.ev = ev};
+  if (old) drop(rt, &r, old);
+  dv_group* g = how ? how->g : NULL;
+  if (g) {
+    glock(g);
+    if (g->gen == how->gen) {
+      if (ev) {
+        refs_give(&r, 1, donate);
+        record_use(rt, &g->t, u[0].access, slot, &r);
+      }
+      g->pins--;
+      gunlock(g);
+      refs_apply(rt, &r);
+      return 0;
+    }
+    gunlock(g); /* dissolved meanwhile: the members hold its pins, and their own state */
+    for (unsigned k = 0; k < n; k++) u[k].b = record_of(rt, u[k].block);
+  }
+  if (ev) refs_give(&r, n, donate);
+  uint64_t set = set_of(u, n);
+  bool again = true;
+  for (unsigned k = 0; k < n; k++) {
+    dv_blk* b = u[k].b;
+    lock_tracked(rt, b);
+    if (ev) {
+      record_use(rt, &b->t, u[k].access, slot, &r);
+      touched(b);
+    }
+    again = again && b->lastset == set;
+    b->lastset = set;
+    b->pins -= how != NULL;
     u[k].ver = atomic_load_explicit(&b->ver, memory_order_relaxed);
     unlock(b);
   }
   uint32_t gain = r.gain;
-  refs_apply_donate(rt, &r, ev && donate);
+  refs_apply(rt, &r);
+  if (again && ev && how && !g) group_form(rt, u, n);
   return gain;
 }
 
@@ -437,7 +684,7 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned
       rt->be->stream_sync(rt->slots[slot].s); /* the work cannot be tracked: let it finish */
       ev = NULL;
     }
-    r->gain = dv_uses_finish(rt, u, n, slot, ev, old, true, false);
+    r->gain = dv_uses_finish(rt, u, n, slot, ev, old, true, NULL);
     r->mark = ev;
     atomic_store_explicit(&es->rep_mark, ev, memory_order_relaxed);
     for (unsigned k = 0; k < n; k++) r->u[k].ver = u[k].ver;
@@ -470,13 +717,13 @@ devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream strea
   DV_CHECK(take_index(rt->blocks, DV_SID_SLOT(stream), &i));
   dv_blk* b = at(rt->blocks, i);
   lock(b);
-  if (!b->readers) b->readers = b->inl, b->capreaders = INLINE_READERS;
+  if (!b->t.readers) b->t.readers = b->t.inl, b->t.capreaders = INLINE_READERS;
   b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
   b->live = b->pending = true;
   b->pins = 0;
   b->ptr = NULL, b->size = size, b->tag = tag, b->stream = stream;
-  b->writer = NULL;
-  b->nreaders = 0;
+  b->t.writer = NULL;
+  b->t.nreaders = 0;
   touched(b);
   *out = b->gen << INDEX_BITS | (i + 1);
   unlock(b);
@@ -513,7 +760,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   }
   if (ready_out) dv_pev_ref(ready), *ready_out = ready;
   lock(b);
-  b->ptr = p, b->stream = stream, b->writer = ready, b->res = top;
+  b->ptr = p, b->stream = stream, b->t.writer = ready, b->res = top;
   b->pending = false;
   touched(b);
   unlock(b);
@@ -540,7 +787,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   unsigned slot = DV_SID_SLOT(fs);
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w); /* before the lock: it may return */
-  dv_blk* b = get_ready(rt, h, "devrt_block_free", &st);
+  dv_blk* b = get_tracked(rt, h, "devrt_block_free", &st);
   if (b && b->pins) {
     unlock(b);
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
@@ -559,7 +806,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   lock(b);
   unsigned n = 0;
   counts c = {0};
-  gather(rt, b, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
+  gather(rt, &b->t, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
   counts_flush(&rt->evslots[slot], &c);
   void* p = b->ptr;
   size_t size = b->size;
@@ -573,9 +820,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   touched(b); /* again: a repeat's fallback may have saved the version while we waited */
   if (st == DEVRT_OK) {
     b->live = false;
-    clear_readers(rt, b, &r);
-    if (b->writer) drop(rt, &r, b->writer);
-    b->writer = NULL;
+    clear_track(rt, &b->t, &r);
   }
   b->pins = 0; /* a refused free leaves the block as it was */
   unlock(b);
@@ -610,11 +855,11 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_
   DV_RT_CHECK(rt, "devrt_block_info_get");
   DV_ARG_CHECK(out, "devrt_block_info_get", "out is NULL");
   devrt_status st = DEVRT_OK;
-  dv_blk* b = get_locked(rt, h, "devrt_block_info_get", &st);
+  dv_blk* b = get_tracked(rt, h, "devrt_block_info_get", &st);
   if (!b) return st;
   *out = (devrt_block_info){.ptr = b->ptr, .size = b->size, .tag = b->tag, .stream = b->stream,
-                            .generation = b->gen, .readers = b->nreaders,
-                            .writer_complete = !b->writer || dv_pev_done(rt, b->writer)};
+                            .generation = b->gen, .readers = b->t.nreaders,
+                            .writer_complete = !b->t.writer || dv_pev_done(rt, b->t.writer)};
   unlock(b);
   return DEVRT_OK;
 }
@@ -632,10 +877,10 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   unsigned slot = DV_SID_SLOT(stream), n = 0;
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w);
-  dv_blk* b = get_ready(rt, h, "devrt_prepare_block_use", &st);
+  dv_blk* b = get_tracked(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
     counts c = {0};
-    gather(rt, b, a, slot, w, &n, &c);
+    gather(rt, &b->t, a, slot, w, &n, &c);
     unlock(b);
     counts_flush(&rt->evslots[slot], &c);
     st = dv_waits_issue(rt, s, slot, w, n, NULL, 0);
@@ -655,8 +900,10 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   dv_pev* ev = NULL;
   DV_CHECK(dv_pev_record(rt, slot, s, &ev));
   refs r = {.ev = ev};
-  if ((b = get_locked(rt, h, "devrt_finish_block_use", &st)) != NULL) { /* freed meanwhile: nothing to record */
-    record_use(rt, b, a, slot, &r);
+  refs_give(&r, 1, false);
+  if ((b = get_tracked(rt, h, "devrt_finish_block_use", &st)) != NULL) { /* freed meanwhile: nothing to record */
+    record_use(rt, &b->t, a, slot, &r);
+    touched(b);
     unlock(b);
   }
   refs_apply(rt, &r);
@@ -683,6 +930,7 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
     out->events_recorded += atomic_load_explicit(&e->late, memory_order_relaxed);
     out->launches_repeated += atomic_load_explicit(&e->repeats, memory_order_relaxed);
+    out->launches_grouped += atomic_load_explicit(&e->grouped, memory_order_relaxed);
     pthread_mutex_lock(&e->mu);
     out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     pthread_mutex_unlock(&e->mu);

@@ -35,6 +35,7 @@ typedef struct dv_evslot {
   _Atomic uint64_t waits, same, complete, coalesced, created, launches;
   _Atomic uint64_t allocs, frees, late; /* late: lazy marks recorded when needed */
   _Atomic uint64_t repeats;             /* launches that took the repeat path */
+  _Atomic uint64_t grouped;             /* launches tracked through a group (block.c) */
   _Atomic uint32_t issuing;             /* held by the thread using `rep` */
   _Atomic(dv_pev*) rep_mark;            /* rep->mark, readable without `issuing` (a hint) */
   _Atomic uint32_t rep_cold;            /* saves to skip: the repeated mark was needed elsewhere */
@@ -87,22 +88,27 @@ typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b
   if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 
-/* Pins each block (a pinned block cannot be freed) and gathers, per source slot, the newest
- * event stream `slot` must wait for; nothing is pinned or held if it fails. waits has room for
- * rt->nslots entries. With `of`, counts in *drops the references to mark `of` that
- * dv_uses_finish will replace (for dv_slot_settle). */
+/* How dv_uses_pin pinned the blocks: through their group (see block.c), or one by one (g NULL). */
+typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
+
+/* Pins each block (a pinned block cannot be freed), or the group of exactly those blocks, and
+ * gathers, per source slot, the newest event stream `slot` must wait for; nothing is pinned or
+ * held if it fails. waits has room for rt->nslots entries. With `of`, counts in *drops the
+ * references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits, unsigned* nwaits,
-                         const dv_pev* of, uint32_t* drops, const char* call);
+                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
  * wait on every gathered event; drops them either way. */
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
                             uint32_t drops);
-/* Records where the work ends (ev, on `slot`) on each block, then unpins them (if `pinned`); ev
- * NULL only unpins. Drops the reference `old` (may be NULL); with `donate` the caller's reference
- * to ev goes to the blocks too. Leaves each block's version in u[k].ver; returns the references
- * to ev the blocks took. */
+/* Records where the work ends (ev, on `slot`) on each block (or their group), then unpins them
+ * as `how` says (NULL: they were not pinned); ev NULL only unpins. Drops the reference `old`
+ * (may be NULL); with `donate` the caller's reference to ev goes to the blocks too. Leaves each
+ * block's version in u[k].ver; returns the references to ev the blocks took (0 for a group:
+ * a group's launch is no repeat candidate). Blocks used as one set again, with one access, are
+ * grouped here. */
 uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                        bool pinned);
+                        const dv_pinned* how);
 
 /* The repeat path: a launch on `slot` declaring the same uses as the slot's previous launch, when
  * no block changed since and nothing else refers to that launch's lazy mark, needs no wait (the

@@ -2,6 +2,7 @@
  * (no event creation on the hot path), reference counted (one launch's mark is shared by every
  * block it touched), ordered per slot, recorded lazily for launches (only once something needs
  * the point), with a completion watermark advanced by polls and synchronizes. */
+#include <assert.h>
 #include <sched.h>
 #include <stdlib.h>
 #include "block.h"
@@ -33,6 +34,7 @@ static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev
   if (!es->free) es->free = atomic_exchange_explicit(&es->back, NULL, memory_order_acquire);
   dv_pev* p = es->free;
   if (p) {
+    assert(atomic_load_explicit(&p->refs, memory_order_relaxed) == 0); /* nobody holds a free event */
     es->free = p->next;
     es->reused++;
   } else {
@@ -144,7 +146,9 @@ devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p) {
 
 /* Safe to recycle at once: a wait already enqueued on the event keeps the point it captured. */
 void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
-  if (atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel) != n) return;
+  uint32_t was = atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel);
+  assert(was >= n); /* more references dropped than taken */
+  if (was != n) return;
   dv_evslot* es = &rt->evslots[p->slot];
   dv_pev* head = atomic_load_explicit(&es->back, memory_order_relaxed);
   do p->next = head;

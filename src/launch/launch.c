@@ -181,7 +181,8 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   WAIT_BUF(rt, w);
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
-  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch");
+  dv_pinned how;
+  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch", &how);
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
@@ -196,10 +197,10 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
     if ((st = dv_pev_mark(rt, slot, &ev, &old)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   }
-  uint32_t gain = dv_uses_finish(rt, u, n, slot, ev, old, !out, true); /* the blocks keep ev (or out does) */
+  uint32_t gain = dv_uses_finish(rt, u, n, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
-  if (!out) dv_repeat_save(rt, slot, u, n, ev, gain);
+  if (!out && !how.g) dv_repeat_save(rt, slot, u, n, ev, gain);
 done:
   if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
       atomic_load_explicit(&rt->stack, memory_order_relaxed))

@@ -526,6 +526,85 @@ static void free_races_repeats(devrt_runtime* rt, const kernels* k, devrt_stream
   CHECK_OK(devrt_stream_synchronize(rt, a));
 }
 
+/* Blocks used again and again as one set with one access share one group record: a producer on
+ * a writing all of them, a consumer on b reading them. Through it the hazards hold (the consumer
+ * waits for the slow producer, the next producer for the slow consumer), waits are counted as
+ * block by block, and any other use of a member (a subset, info, a free) sees the group's state. */
+enum { GN = 4 };
+static devrt_status g_fill(devrt_runtime* rt, const kernels* k, devrt_stream s, const devrt_block* x, unsigned nx,
+                           bool reversed, uint32_t v, uint64_t delay) {
+  void* p = bptr(rt, x[0]);
+  uint64_t n = 256;
+  void* args[] = {&p, &v, &n, &delay};
+  devrt_block_use u[GN];
+  for (unsigned i = 0; i < nx; i++) u[i] = (devrt_block_use){x[reversed ? nx - 1 - i : i], DEVRT_ACCESS_WRITE};
+  return k_run(rt, s, k->slow_fill, n, args, u, nx);
+}
+static devrt_status g_copy(devrt_runtime* rt, const kernels* k, devrt_stream s, const devrt_block* x, unsigned nx,
+                           devrt_block out, uint64_t delay) {
+  void *d = bptr(rt, out), *p = bptr(rt, x[0]);
+  uint64_t n = 256;
+  void* args[] = {&d, &p, &n, &delay};
+  devrt_block_use u[GN];
+  for (unsigned i = 0; i < nx; i++) u[i] = (devrt_block_use){x[i], DEVRT_ACCESS_READ};
+  return k_run(rt, s, k->slow_copy, n, args, u, nx); /* out is not declared: read back on s */
+}
+static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_stream b, devrt_stream c) {
+  devrt_block x[GN], out[6], o2 = 0;
+  for (int i = 0; i < GN; i++) REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, a, "group", &x[i]));
+  for (int r = 0; r < 6; r++) REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, b, "group out", &out[r]));
+  REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, c, "group o2", &o2));
+  CHECK_OK(devrt_stream_synchronize(rt, a));
+  CHECK_OK(devrt_stream_synchronize(rt, b));
+  devrt_block_stats st0 = bstats(rt), st1;
+  /* Even rounds: a slow producer (a consumer not waiting would copy first); odd rounds: a fast one
+   * (not waiting for the previous consumer, it would overwrite before that one copies). */
+  for (uint32_t r = 0; r < 6; r++) {
+    if (r == 2) st0 = bstats(rt);
+    CHECK_OK(g_fill(rt, k, a, x, GN, false, r + 1, r % 2 ? 0 : 30 * MS));
+    CHECK_OK(g_copy(rt, k, b, x, GN, out[r], 10 * MS));
+  }
+  st1 = bstats(rt);
+  CHECK(st1.launches_grouped - st0.launches_grouped == 8);
+  CHECK(st1.waits_inserted - st0.waits_inserted == 8);     /* one per launch: the other stream's point */
+  CHECK(st1.waits_coalesced - st0.waits_coalesced == 24);  /* as block by block: 3 more blocks each */
+  CHECK(st1.waits_skipped_same_stream - st0.waits_skipped_same_stream == 16); /* the producer's own writes */
+  for (uint32_t r = 0; r < 6; r++) CHECK(b_word(rt, b, out[r]) == r + 1);
+
+  /* The same set in another order takes the group; info on a member sees its readers. */
+  st0 = bstats(rt);
+  CHECK_OK(g_fill(rt, k, a, x, GN, true, 7, 30 * MS));
+  CHECK(bstats(rt).launches_grouped - st0.launches_grouped == 1);
+  CHECK_OK(g_copy(rt, k, b, x, GN, out[0], 0));
+  CHECK(info(rt, x[2]).readers == 1 && !info(rt, x[2]).writer_complete);
+  /* A subset (another stream) after another slow write through the group: it waits for it. */
+  CHECK_OK(g_fill(rt, k, a, x, GN, false, 8, 30 * MS));
+  st0 = bstats(rt);
+  CHECK_OK(g_copy(rt, k, c, x, 2, o2, 0));
+  CHECK(bstats(rt).launches_grouped == st0.launches_grouped);
+  CHECK(b_word(rt, c, o2) == 8 && b_word(rt, b, out[0]) == 7);
+
+  /* A member freed while grouped: the group goes, the old set is refused, the rest regroup. */
+  CHECK_OK(g_fill(rt, k, a, x, GN, false, 9, 0));
+  CHECK_OK(g_copy(rt, k, b, x, GN, out[1], 20 * MS));
+  st0 = bstats(rt);
+  CHECK_OK(g_fill(rt, k, a, x, GN, false, 10, 0)); /* grouped, after the slow copy */
+  CHECK(bstats(rt).launches_grouped - st0.launches_grouped == 1);
+  CHECK_OK(devrt_block_free(rt, x[3]));
+  STALE(g_fill(rt, k, a, x, GN, false, 11, 0), "devrt_launch");
+  for (uint32_t r = 0; r < 3; r++) {
+    CHECK_OK(g_fill(rt, k, a, x, GN - 1, false, 12 + r, r % 2 ? 0 : 30 * MS));
+    CHECK_OK(g_copy(rt, k, b, x, GN - 1, out[2 + r], 10 * MS));
+  }
+  CHECK(bstats(rt).launches_grouped - st0.launches_grouped >= 3);
+  CHECK(b_word(rt, b, out[1]) == 9);
+  for (uint32_t r = 0; r < 3; r++) CHECK(b_word(rt, b, out[2 + r]) == 12 + r);
+  for (int i = 0; i < GN - 1; i++) CHECK_OK(devrt_block_free(rt, x[i]));
+  for (int r = 0; r < 6; r++) CHECK_OK(devrt_block_free(rt, out[r]));
+  CHECK_OK(devrt_block_free(rt, o2));
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+}
+
 int main(void) {
   devrt_runtime* rt = t_runtime();
   kernels k;
@@ -541,6 +620,7 @@ int main(void) {
   same_stream(rt, &k, a);
   lazy_points(rt, &k, a, b);
   free_races_repeats(rt, &k, a);
+  groups(rt, &k, a, b, c);
   readers_and_manual(rt, &k, a, b, c);
   released_stream(rt, &k, b);
   CHECK(bstats(rt).blocks_live == 0);

@@ -1,7 +1,8 @@
 /* test_block_stress.c: blocks and recorded launches under 8 threads x DEVRT_STRESS_ITERS (1024)
  * rounds each: alloc -> fill x on A -> slow copy x to y on B -> overwrite x on A -> checksum y on
  * C -> free (half freed while that work may still run), every result checked; then 16 threads x a
- * quarter of the rounds, so the sanitizers see the tracking path under 16 threads. */
+ * quarter of the rounds, so the sanitizers see the tracking path under 16 threads; then 8 threads
+ * sharing one set of blocks that groups and dissolves under them. */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -105,6 +106,73 @@ static void phase(int nthreads) {
   CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0);
 }
 
+/* Threads sharing four blocks, each on its own stream: writes and reads of the whole set (so it
+ * groups), in either order, reads of a subset and info on a member (which dissolve it), all at
+ * once. Every call succeeds, and afterwards no pin is left: every block frees. */
+enum { GN = 4 };
+static devrt_block shared[GN];
+static void* group_run(void* arg) {
+  worker* w = arg;
+  devrt_stream s = 0;
+  devrt_block out = 0;
+  if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s) || devrt_block_alloc(rt, N * 4, s, "stress out", &out)) {
+    fail(w, "setup");
+    return NULL;
+  }
+  uint64_t n = N, delay = 0;
+  uint32_t v = (uint32_t)w->id;
+  void *x0 = bptr(rt, shared[0]), *o = bptr(rt, out);
+  void *fill_args[] = {&x0, &v, &n, &delay}, *copy_args[] = {&o, &x0, &n, &delay};
+  uint32_t rng = (uint32_t)w->id * 2654435761u + 1;
+  for (int it = 0; it < iters; it++) {
+    rng = rng * 1664525u + 1013904223u;
+    unsigned op = rng >> 29, nu = op == 6 ? 2 : GN;
+    bool rev = rng & 0x100, write = op < 3;
+    devrt_block_use u[GN + 1];
+    for (unsigned i = 0; i < nu; i++)
+      u[i] = (devrt_block_use){shared[rev ? nu - 1 - i : i], write ? DEVRT_ACCESS_WRITE : DEVRT_ACCESS_READ};
+    devrt_block_info info;
+    if (op == 7) {
+      if (devrt_block_info_get(rt, shared[rng % GN], &info)) fail(w, "devrt_block_info_get");
+    } else if (k_run(rt, s, write ? K.fill : K.copy, n, write ? fill_args : copy_args, u, nu)) {
+      fail(w, "devrt_launch");
+    }
+    w->checked++;
+  }
+  if (devrt_stream_synchronize(rt, s)) fail(w, "devrt_stream_synchronize");
+  drop(w, &out);
+  if (devrt_stream_release(rt, s)) fail(w, "devrt_stream_release");
+  return NULL;
+}
+
+static void phase_groups(int nthreads) {
+  devrt_stream s = 0;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
+  for (int i = 0; i < GN; i++) REQUIRE_OK(devrt_block_alloc(rt, N * 4, s, "stress shared", &shared[i]));
+  devrt_block_stats st0 = bstats(rt);
+  worker w[MAX_THREADS];
+  pthread_t t[MAX_THREADS];
+  for (int i = 0; i < nthreads; i++) {
+    w[i] = (worker){.id = i};
+    pthread_create(&t[i], NULL, group_run, &w[i]);
+  }
+  uint64_t errors = 0, checked = 0;
+  for (int i = 0; i < nthreads; i++) {
+    pthread_join(t[i], NULL);
+    errors += w[i].errors, checked += w[i].checked;
+  }
+  devrt_block_stats st = bstats(rt);
+  printf("%d threads x %d calls on one shared set: %llu errors; %llu launches grouped, %llu repeated\n", nthreads, iters,
+         (unsigned long long)errors, (unsigned long long)(st.launches_grouped - st0.launches_grouped),
+         (unsigned long long)(st.launches_repeated - st0.launches_repeated));
+  CHECK(errors == 0 && checked == (uint64_t)nthreads * (uint64_t)iters);
+  CHECK(st.launches_grouped > st0.launches_grouped);
+  for (int i = 0; i < GN; i++) CHECK_OK(devrt_block_free(rt, shared[i])); /* no pin left behind */
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  CHECK(bstats(rt).blocks_live == st0.blocks_live - GN);
+  CHECK_OK(devrt_stream_release(rt, s));
+}
+
 int main(void) {
   const char* env = getenv("DEVRT_STRESS_ITERS");
   if (env && (iters = atoi(env)) <= 0) {
@@ -116,6 +184,7 @@ int main(void) {
   phase(8); /* the 8 x 1024 */
   iters = iters / 4 ? iters / 4 : 1;
   phase(MAX_THREADS); /* and 16 threads, for the sanitizers */
+  phase_groups(8);
   CHECK_OK(devrt_module_unload(rt, K.mod));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();
