@@ -29,7 +29,7 @@ typedef struct dv_track {
  * one record, not one per block. Any other use of a member dissolves the group first, giving
  * every member the group's state back. Groups are pooled and never freed before the runtime. */
 typedef struct dv_group {
-  atomic_flag lock;
+  dv_spin lock;
   bool live;
   uint32_t pins; /* launches issuing against it; passed on to the members if it dissolves */
   unsigned n;
@@ -40,7 +40,7 @@ typedef struct dv_group {
 } dv_group;
 
 typedef struct dv_blk {
-  atomic_flag lock;
+  dv_spin lock;
   bool live;
   bool pending; /* reserved by a queued allocation that has not been issued: no memory yet */
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
@@ -71,14 +71,10 @@ struct dv_blocks {
   dv_group *groups, *all_groups;
 };
 
-static void spin(atomic_flag* f) {
-  for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++)
-    if (n > 64) sched_yield();
-}
-static void lock(dv_blk* b) { spin(&b->lock); }
-static void unlock(dv_blk* b) { atomic_flag_clear_explicit(&b->lock, memory_order_release); }
-static void glock(dv_group* g) { spin(&g->lock); }
-static void gunlock(dv_group* g) { atomic_flag_clear_explicit(&g->lock, memory_order_release); }
+static void lock(dv_blk* b) { dv_spin_lock(&b->lock); }
+static void unlock(dv_blk* b) { dv_spin_unlock(&b->lock); }
+static void glock(dv_group* g) { dv_spin_lock(&g->lock); }
+static void gunlock(dv_group* g) { dv_spin_unlock(&g->lock); }
 /* b's tracking state changed (b locked); seq_cst: see dv_repeat_try and dv_block_free_on. */
 static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1); }
 
@@ -92,7 +88,6 @@ devrt_status dv_blocks_init(devrt_runtime* rt) {
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the block table");
   }
   memset(rt->evslots, 0, sizeof *rt->evslots * rt->nslots);
-  for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_init(&rt->evslots[i].mu, NULL);
   pthread_mutex_init(&rt->blocks->grow_mu, NULL);
   pthread_mutex_init(&rt->blocks->group_mu, NULL);
   for (unsigned i = 0; i < NSHARD; i++) pthread_mutex_init(&rt->blocks->sh[i].mu, NULL);
@@ -128,7 +123,6 @@ void dv_blocks_fini(devrt_runtime* rt) {
       rt->be->event_destroy(rt->dev, p->ev);
       free(p);
     }
-    pthread_mutex_destroy(&rt->evslots[i].mu);
   }
   free(rt->evslots);
 }
@@ -221,19 +215,9 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 
 /* ---- tracking ---- */
 
-/* Counts of one pass over blocks, added to the slot's counters once at its end. */
-typedef struct counts { uint32_t same, complete, coalesced, grouped; } counts;
-
-static void counts_flush(dv_evslot* es, const counts* c) {
-  if (c->grouped) atomic_fetch_add_explicit(&es->grouped, c->grouped, memory_order_relaxed);
-  if (c->same) atomic_fetch_add_explicit(&es->same, c->same, memory_order_relaxed);
-  if (c->complete) atomic_fetch_add_explicit(&es->complete, c->complete, memory_order_relaxed);
-  if (c->coalesced) atomic_fetch_add_explicit(&es->coalesced, c->coalesced, memory_order_relaxed);
-}
-
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
  * Skips the slot's own events and events known complete. */
-static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, counts* c) {
+static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c) {
   if (p->slot == slot) {
     c->same++;
     return;
@@ -256,7 +240,7 @@ static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsign
   w[(*n)++] = (dv_wait){p->slot, p};
 }
 
-static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, counts* c) {
+static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, dv_counts* c) {
   if (t->writer) want(rt, slot, t->writer, w, n, c);
   if (a & DEVRT_ACCESS_WRITE)
     for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c);
@@ -491,7 +475,7 @@ static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
 /* The group whose members are exactly u's blocks, used with one access: pinned, with its waits
  * gathered (counted as if block by block); false if there is none. */
 static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
-                      uint32_t* drops, dv_pinned* how) {
+                      uint32_t* drops, dv_pinned* how, dv_counts* c) {
   dv_blk* b0 = n >= 2 && n <= GROUP_MAX ? record_of(rt, u[0].block) : NULL;
   dv_group* g = b0 ? atomic_load_explicit(&b0->group, memory_order_acquire) : NULL;
   if (!g) return false;
@@ -508,29 +492,29 @@ static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, d
     return false;
   }
   g->pins++;
-  counts c = {0};
-  gather(rt, &g->t, u[0].access, slot, w, nw, &c);
+  dv_counts one = {0};
+  gather(rt, &g->t, u[0].access, slot, w, nw, &one);
   if (of) *drops = drops_of(&g->t, u[0].access, of);
   how->g = g, how->gen = g->gen;
   gunlock(g);
-  c = (counts){c.same * n, c.complete * n, c.coalesced * n + *nw * (n - 1), 1};
-  counts_flush(&rt->evslots[slot], &c);
+  c->same += one.same * n, c->complete += one.complete * n, c->coalesced += one.coalesced * n + *nw * (n - 1);
+  c->grouped++;
   return true;
 }
 
 /* ---- the steps of a tracked use ---- */
 
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
-                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how) {
+                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
   devrt_status st = DEVRT_OK;
   *nw = 0;
   *how = (dv_pinned){NULL, 0};
   uint32_t d = 0;
-  if (group_pin(rt, u, n, slot, w, nw, of, &d, how)) {
+  if (group_pin(rt, u, n, slot, w, nw, of, &d, how, counted)) {
     if (drops) *drops = d;
     return DEVRT_OK;
   }
-  counts c = {0};
+  dv_counts c = {0};
   unsigned k = 0;
   for (; k < n; k++) {
     dv_blk* b = get_tracked(rt, u[k].block, call, &st);
@@ -547,7 +531,7 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
     u[k].b = b;
   }
   if (k == n) {
-    counts_flush(&rt->evslots[slot], &c);
+    counted->same += c.same, counted->complete += c.complete, counted->coalesced += c.coalesced;
     if (drops) *drops = d;
     return DEVRT_OK;
   }
@@ -562,10 +546,10 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
 }
 
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
-                            uint32_t drops) {
+                            uint32_t drops, dv_counts* c) {
   devrt_status st = dv_slot_settle(rt, slot, of, drops);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
-  if (st == DEVRT_OK && n) atomic_fetch_add_explicit(&rt->evslots[slot].waits, n, memory_order_relaxed);
+  if (st == DEVRT_OK) c->waits += n;
   drop_waits(rt, w, n);
   return st;
 }
@@ -662,7 +646,7 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned
   dv_repeat* r = es->rep;
   dv_pev* m = r->mark;
   bool moved = !ok; /* nothing was enqueued: nothing to mark */
-  pthread_mutex_lock(&es->mu);
+  dv_spin_lock(&es->mu);
   uint8_t lazy = DV_PEV_LAZY;
   if (ok && atomic_load_explicit(&es->last, memory_order_relaxed) == m &&
       atomic_compare_exchange_strong(&m->rec, &lazy, DV_PEV_RECORDING)) { /* realizers wait while it moves */
@@ -672,15 +656,14 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned
     atomic_store_explicit(&m->rec, DV_PEV_LAZY, memory_order_release);
     es->deferred++;
     moved = true;
+    dv_counts_add_locked(es, &(dv_counts){.repeats = 1, .launches = 1});
   }
-  pthread_mutex_unlock(&es->mu);
+  dv_spin_unlock(&es->mu);
   devrt_status st = DEVRT_OK;
-  if (moved) {
-    atomic_fetch_add_explicit(&es->repeats, ok, memory_order_relaxed);
-  } else { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for us) */
+  if (!moved) { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for us) */
     dv_pev *ev = NULL, *old = NULL;
     for (unsigned k = 0; k < n; k++) u[k].b = r->u[k].b;
-    if ((st = dv_pev_mark(rt, slot, &ev, &old)) != DEVRT_OK) {
+    if ((st = dv_pev_mark(rt, slot, &ev, &old, &(dv_counts){.launches = 1})) != DEVRT_OK) {
       rt->be->stream_sync(rt->slots[slot].s); /* the work cannot be tracked: let it finish */
       ev = NULL;
     }
@@ -805,14 +788,14 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
     while (atomic_load(&rt->evslots[i].issuing)) sched_yield();
   lock(b);
   unsigned n = 0;
-  counts c = {0};
+  dv_counts c = {0};
   gather(rt, &b->t, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
-  counts_flush(&rt->evslots[slot], &c);
   void* p = b->ptr;
   size_t size = b->size;
   devrt_resource* res = b->res;
   unlock(b);
-  st = dv_waits_issue(rt, s, slot, w, n, NULL, 0);
+  st = dv_waits_issue(rt, s, slot, w, n, NULL, 0, &c);
+  dv_counts_flush(rt, slot, &c);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
@@ -879,11 +862,11 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   WAIT_BUF(rt, w);
   dv_blk* b = get_tracked(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
-    counts c = {0};
+    dv_counts c = {0};
     gather(rt, &b->t, a, slot, w, &n, &c);
     unlock(b);
-    counts_flush(&rt->evslots[slot], &c);
-    st = dv_waits_issue(rt, s, slot, w, n, NULL, 0);
+    st = dv_waits_issue(rt, s, slot, w, n, NULL, 0, &c);
+    dv_counts_flush(rt, slot, &c);
   }
   WAIT_BUF_FREE(w);
   return st;
@@ -918,22 +901,16 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   uint64_t frees = 0;
   for (unsigned i = 0; i < rt->nslots; i++) {
     dv_evslot* e = &rt->evslots[i];
-#define SUM(field, from) out->field += atomic_load_explicit(&e->from, memory_order_relaxed)
-    SUM(blocks_allocated, allocs);
-    SUM(waits_inserted, waits);
-    SUM(waits_skipped_same_stream, same);
-    SUM(waits_skipped_complete, complete);
-    SUM(waits_coalesced, coalesced);
-    SUM(events_created, created);
-    SUM(launches, launches);
-#undef SUM
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
+    out->blocks_allocated += atomic_load_explicit(&e->allocs, memory_order_relaxed);
+    out->events_created += atomic_load_explicit(&e->created, memory_order_relaxed);
     out->events_recorded += atomic_load_explicit(&e->late, memory_order_relaxed);
-    out->launches_repeated += atomic_load_explicit(&e->repeats, memory_order_relaxed);
-    out->launches_grouped += atomic_load_explicit(&e->grouped, memory_order_relaxed);
-    pthread_mutex_lock(&e->mu);
+    dv_spin_lock(&e->mu);
+    out->waits_inserted += e->waits, out->waits_skipped_same_stream += e->same;
+    out->waits_skipped_complete += e->complete, out->waits_coalesced += e->coalesced;
+    out->launches += e->launches, out->launches_repeated += e->repeats, out->launches_grouped += e->grouped;
     out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
-    pthread_mutex_unlock(&e->mu);
+    dv_spin_unlock(&e->mu);
   }
   out->deferred_frees = frees;
   out->blocks_live = out->blocks_allocated - frees;
@@ -954,6 +931,6 @@ devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) 
 }
 
 void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
-  counts ignored = {0}; /* semaphore waits are the queue's to count, not use tracking's */
+  dv_counts ignored = {0}; /* semaphore waits are the queue's to count, not use tracking's */
   want(rt, slot, p, w, n, &ignored);
 }

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include "../core/runtime.h"
+#include "../core/spin.h"
 
 /* A point in one stream slot's work (a mark). Marks of one slot are numbered in the order of the
  * work they follow, so the newest covers the older ones. A launch's mark is lazy: its event is
@@ -25,22 +26,27 @@ enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
  * stream), the free events, the completion watermark, and the counters of work on this slot. */
 typedef struct dv_evslot {
-  _Alignas(64) pthread_mutex_t mu;
+  _Alignas(64) dv_spin mu;
   _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
   dv_pev *free, *all;         /* under mu */
   _Atomic(dv_pev*) back;      /* events given back without the lock; taken under mu */
   _Atomic(dv_pev*) last;      /* the newest mark (holds a reference); written under mu */
   uint64_t recorded, reused, deferred; /* under mu */
+  uint64_t waits, same, complete, coalesced, grouped, repeats, launches; /* under mu: see dv_counts */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
-  _Atomic uint64_t waits, same, complete, coalesced, created, launches;
-  _Atomic uint64_t allocs, frees, late; /* late: lazy marks recorded when needed */
-  _Atomic uint64_t repeats;             /* launches that took the repeat path */
-  _Atomic uint64_t grouped;             /* launches tracked through a group (block.c) */
+  _Atomic uint64_t created, allocs, frees, late; /* late: lazy marks recorded when needed */
   _Atomic uint32_t issuing;             /* held by the thread using `rep` */
   _Atomic(dv_pev*) rep_mark;            /* rep->mark, readable without `issuing` (a hint) */
   _Atomic uint32_t rep_cold;            /* saves to skip: the repeated mark was needed elsewhere */
   struct dv_repeat* rep;                /* the last launch's uses, for the repeat path */
 } dv_evslot;
+
+/* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
+ * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
+ * add per counter. */
+typedef struct dv_counts { uint32_t waits, same, complete, coalesced, grouped, repeats, launches; } dv_counts;
+void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
+void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
 
 devrt_status dv_blocks_init(devrt_runtime* rt);
 void dv_blocks_fini(devrt_runtime* rt);
@@ -49,8 +55,9 @@ void dv_blocks_fini(devrt_runtime* rt);
 /* Records a pooled event on stream s of `slot`; the caller owns one reference. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
 /* A lazy mark after the work just enqueued on `slot`; the caller owns one reference to it, and
- * the slot's reference to the previous newest mark (*old, may be NULL), to drop. */
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old);
+ * the slot's reference to the previous newest mark (*old, may be NULL), to drop. Adds c to the
+ * slot's counters either way. */
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c);
 /* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). */
 devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p);
 /* Makes s wait for p (nothing if p is known complete). */
@@ -92,15 +99,15 @@ typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b
 typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
 
 /* Pins each block (a pinned block cannot be freed), or the group of exactly those blocks, and
- * gathers, per source slot, the newest event stream `slot` must wait for; nothing is pinned or
- * held if it fails. waits has room for rt->nslots entries. With `of`, counts in *drops the
+ * gathers, per source slot, the newest event stream `slot` must wait for (the skipped ones
+ * counted in c); nothing is pinned, held or counted if it fails. waits has room for rt->nslots entries. With `of`, counts in *drops the
  * references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits, unsigned* nwaits,
-                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how);
+                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
- * wait on every gathered event; drops them either way. */
+ * wait on every gathered event (counted in c); drops them either way. */
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
-                            uint32_t drops);
+                            uint32_t drops, dv_counts* c);
 /* Records where the work ends (ev, on `slot`) on each block (or their group), then unpins them
  * as `how` says (NULL: they were not pinned); ev NULL only unpins. Drops the reference `old`
  * (may be NULL); with `donate` the caller's reference to ev goes to the blocks too. Leaves each

@@ -38,9 +38,9 @@ static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev
     es->free = p->next;
     es->reused++;
   } else {
-    pthread_mutex_unlock(&es->mu);
+    dv_spin_unlock(&es->mu);
     devrt_status st = pev_new(rt, slot, &p);
-    pthread_mutex_lock(&es->mu);
+    dv_spin_lock(&es->mu);
     if (st != DEVRT_OK) return st;
     p->all = es->all, es->all = p;
   }
@@ -55,7 +55,9 @@ static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
   p->seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
   atomic_store_explicit(&es->seq, p->seq, memory_order_release); /* after the work: sync_begin relies on it */
-  return atomic_exchange_explicit(&es->last, p, memory_order_acq_rel);
+  dv_pev* old = atomic_load_explicit(&es->last, memory_order_relaxed); /* only written under es->mu */
+  atomic_store_explicit(&es->last, p, memory_order_release);
+  return old;
 }
 
 devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p) {
@@ -91,11 +93,11 @@ devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, 
   dv_evslot* es = &rt->evslots[slot];
   if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
     return DEVRT_OK; /* the common case, lock-free: nothing else needs the newest point */
-  pthread_mutex_lock(&es->mu); /* to hold the newest mark while recording it */
+  dv_spin_lock(&es->mu); /* to hold the newest mark while recording it */
   dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
   if (needed(p, of, drops)) dv_pev_ref(p);
   else p = NULL;
-  pthread_mutex_unlock(&es->mu);
+  dv_spin_unlock(&es->mu);
   if (!p) return DEVRT_OK;
   devrt_status st = dv_pev_realize(rt, p);
   dv_pev_unref(rt, p);
@@ -107,7 +109,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
   devrt_status st = dv_slot_settle(rt, slot, NULL, 0);
-  pthread_mutex_lock(&es->mu);
+  dv_spin_lock(&es->mu);
   if (st == DEVRT_OK) st = take(rt, es, slot, &p);
   if (st == DEVRT_OK && (st = rt->be->event_record(p->ev, s)) != DEVRT_OK) give_locked(es, p);
   dv_pev* old = NULL;
@@ -116,24 +118,37 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
     old = publish(es, p);
     es->recorded++;
   }
-  pthread_mutex_unlock(&es->mu);
+  dv_spin_unlock(&es->mu);
   if (st != DEVRT_OK) return st;
   if (old) dv_pev_unref(rt, old);
   *out = p;
   return DEVRT_OK;
 }
 
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old) {
+void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
+  es->waits += c->waits, es->same += c->same, es->complete += c->complete, es->coalesced += c->coalesced;
+  es->grouped += c->grouped, es->repeats += c->repeats, es->launches += c->launches;
+}
+
+void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {
+  dv_evslot* es = &rt->evslots[slot];
+  dv_spin_lock(&es->mu);
+  dv_counts_add_locked(es, c);
+  dv_spin_unlock(&es->mu);
+}
+
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
-  pthread_mutex_lock(&es->mu);
+  dv_spin_lock(&es->mu);
+  dv_counts_add_locked(es, c);
   devrt_status st = take(rt, es, slot, &p);
   if (st == DEVRT_OK) {
     atomic_store_explicit(&p->rec, DV_PEV_LAZY, memory_order_relaxed);
     *old = publish(es, p);
     es->deferred++;
   }
-  pthread_mutex_unlock(&es->mu);
+  dv_spin_unlock(&es->mu);
   if (st == DEVRT_OK) *out = p;
   return st;
 }
@@ -164,11 +179,11 @@ void dv_events_poll(devrt_runtime* rt) {
     dv_evslot* es = &rt->evslots[i];
     if (atomic_load_explicit(&es->done_seq, memory_order_relaxed) >= atomic_load_explicit(&es->seq, memory_order_relaxed))
       continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the next poll) */
-    pthread_mutex_lock(&es->mu);
+    dv_spin_lock(&es->mu);
     dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
     if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED) dv_pev_ref(p);
     else p = NULL; /* a lazy mark nobody needed: left lazy (a later need records it at once) */
-    pthread_mutex_unlock(&es->mu);
+    dv_spin_unlock(&es->mu);
     if (!p) continue;
     bool done = false;
     if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done) max_store(&es->done_seq, p->seq);
@@ -184,11 +199,11 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) { max_st
 
 void dv_events_retire(devrt_runtime* rt, unsigned slot) {
   dv_evslot* es = &rt->evslots[slot];
-  pthread_mutex_lock(&es->mu);
+  dv_spin_lock(&es->mu);
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed), cur = atomic_load(&es->done_seq);
   while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur, seq)) { /* seq_cst: see dv_pev_realize */
   }
   for (dv_pev* p = es->all; p; p = p->all) /* no new record starts; one in progress finishes on the live stream */
     while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
-  pthread_mutex_unlock(&es->mu);
+  dv_spin_unlock(&es->mu);
 }

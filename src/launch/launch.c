@@ -8,7 +8,7 @@
 
 #define MODULE_MAGIC 0x6d6f64756c65ull /* "module" */
 #define KERNEL_MAGIC 0x6b65726e656cull /* "kernel" */
-#define REAP_EVERY 128                 /* launches per slot between opportunistic reaps */
+#define REAP_EVERY 128                 /* launches of a thread between opportunistic reaps */
 
 #define MAX_PARAMS 32u
 #define NO_PARAMS UINT32_MAX /* the backend cannot tell the parameters' sizes */
@@ -182,28 +182,32 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
   dv_pinned how;
-  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch", &how);
+  dv_counts c = {0};
+  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
   }
   /* The slot's previous mark is recorded here, before this launch, only if something this launch
    * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
-  st = dv_waits_issue(rt, s, slot, w, nw, last, drops);
+  st = dv_waits_issue(rt, s, slot, w, nw, last, drops, &c);
   WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
+  c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (n || out)) { /* no blocks: nothing to mark */
-    if ((st = dv_pev_mark(rt, slot, &ev, &old)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
+    if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+  } else {
+    dv_counts_flush(rt, slot, &c);
   }
   uint32_t gain = dv_uses_finish(rt, u, n, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
   if (!out && !how.g) dv_repeat_save(rt, slot, u, n, ev, gain);
-done:
-  if (atomic_fetch_add_explicit(&rt->evslots[slot].launches, 1, memory_order_relaxed) % REAP_EVERY == REAP_EVERY - 1 &&
-      atomic_load_explicit(&rt->stack, memory_order_relaxed))
+done:;
+  static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
+  if (++launches % REAP_EVERY == 0 && atomic_load_explicit(&rt->stack, memory_order_relaxed))
     devrt_reap_pending(rt, 0, NULL); /* opportunistic: a failure here belongs to no launch */
   return DEVRT_OK;
 }

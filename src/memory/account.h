@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include "devrt/resource.h"
 #include "../core/error.h"
+#include "../core/spin.h"
 
 /* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
  * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
@@ -60,18 +61,6 @@ static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
   else
     atomic_fetch_add_explicit(x, n, memory_order_release);
 }
-
-/* A test-and-test-and-set lock for the record tables and free lists: one atomic exchange to
- * take, a plain store to give back (a pthread mutex costs two locked instructions). Sections are
- * a few probes or pointer moves (the caching layer's cross-stream path also makes backend calls),
- * so waiters yield after a short spin. */
-typedef _Atomic bool dv_spin;
-static inline void dv_spin_lock(dv_spin* l) {
-  while (atomic_exchange_explicit(l, true, memory_order_acquire))
-    for (unsigned n = 0; atomic_load_explicit(l, memory_order_relaxed);)
-      if (++n % 64 == 0) sched_yield();
-}
-static inline void dv_spin_unlock(dv_spin* l) { atomic_store_explicit(l, false, memory_order_release); }
 
 /* Zeroed host memory in whole DV_LINE units: records and tables that different threads write must
  * not share one (resource.c). */

@@ -1,0 +1,19 @@
+/* spin.h: the short lock devrt's record tables, free lists and per-slot event state use: one
+ * atomic exchange to take, a plain store to give back (a pthread mutex costs two locked
+ * instructions). Sections are a few probes or pointer moves, so waiters yield after a short spin. */
+#ifndef DEVRT_SPIN_H
+#define DEVRT_SPIN_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+typedef _Atomic bool dv_spin;
+static inline void dv_spin_lock(dv_spin* l) {
+  while (atomic_exchange_explicit(l, true, memory_order_acquire))
+    for (unsigned n = 0; atomic_load_explicit(l, memory_order_relaxed);)
+      if (++n % 64 == 0) sched_yield();
+}
+static inline void dv_spin_unlock(dv_spin* l) { atomic_store_explicit(l, false, memory_order_release); }
+
+#endif
