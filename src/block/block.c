@@ -3,6 +3,7 @@
  * writer and one reader event per stream, the waits a use needs, deferred frees on the free stream. */
 #include <inttypes.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "block.h"
@@ -29,7 +30,7 @@ typedef struct dv_track {
  * one record, not one per block. Any other use of a member dissolves the group first, giving
  * every member the group's state back. Groups are pooled and never freed before the runtime. */
 typedef struct dv_group {
-  dv_spin lock;
+  _Alignas(DV_LINE) dv_spin lock;
   bool live;
   uint32_t pins; /* launches issuing against it; passed on to the members if it dissolves */
   unsigned n;
@@ -63,13 +64,15 @@ typedef struct shard { /* free indices */
 } shard;
 
 struct dv_blocks {
+  _Atomic uint32_t next; /* indices handed out so far (first: every lookup reads it) */
   _Atomic(dv_blk*) chunk[NCHUNKS];
   pthread_mutex_t grow_mu;
-  _Atomic uint32_t next; /* indices handed out so far */
   shard sh[NSHARD];
   pthread_mutex_t group_mu; /* the group pool */
   dv_group *groups, *all_groups;
 };
+
+_Static_assert(offsetof(dv_evslot, back) == DV_LINE, "a launch's slot state fits one unit");
 
 static void lock(dv_blk* b) { dv_spin_lock(&b->lock); }
 static void unlock(dv_blk* b) { dv_spin_unlock(&b->lock); }
@@ -81,7 +84,7 @@ static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->
 /* ---- table ---- */
 
 devrt_status dv_blocks_init(devrt_runtime* rt) {
-  rt->evslots = aligned_alloc(64, sizeof *rt->evslots * rt->nslots);
+  rt->evslots = aligned_alloc(DV_LINE, sizeof *rt->evslots * rt->nslots);
   rt->blocks = calloc(1, sizeof *rt->blocks);
   if (!rt->evslots || !rt->blocks) {
     free(rt->evslots), free(rt->blocks);
@@ -329,7 +332,7 @@ static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
     }
   if (grow(t, t->nreaders + 1)) return true;
   dv_pev* p = t->readers[0].ev;
-  if (dv_pev_realize(rt, p) != DEVRT_OK ||
+  if (dv_pev_realize(rt, p, NULL) != DEVRT_OK ||
       (atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED && rt->be->event_sync(p->ev) != DEVRT_OK))
     return false;
   drop(rt, r, p);
@@ -363,7 +366,8 @@ static dv_group* group_take(struct dv_blocks* bt) {
   pthread_mutex_lock(&bt->group_mu);
   dv_group* g = bt->groups;
   if (g) bt->groups = g->next;
-  else if ((g = calloc(1, sizeof *g)) != NULL) {
+  else if ((g = aligned_alloc(DV_LINE, sizeof *g)) != NULL) {
+    memset(g, 0, sizeof *g);
     g->t.readers = g->t.inl, g->t.capreaders = INLINE_READERS;
     g->all = bt->all_groups, bt->all_groups = g;
   }
@@ -474,22 +478,29 @@ static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
 
 /* The group whose members are exactly u's blocks, used with one access: pinned, with its waits
  * gathered (counted as if block by block); false if there is none. */
-static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
-                      uint32_t* drops, dv_pinned* how, dv_counts* c) {
-  dv_blk* b0 = n >= 2 && n <= GROUP_MAX ? record_of(rt, u[0].block) : NULL;
-  dv_group* g = b0 ? atomic_load_explicit(&b0->group, memory_order_acquire) : NULL;
-  if (!g) return false;
+/* Locks and returns g if u's blocks are exactly its members, with one access. */
+static bool group_match(devrt_runtime* rt, dv_group* g, const dv_use* u, unsigned n, bool any_order) {
   glock(g);
   bool ok = g->live && g->n == n, ordered = ok;
   for (unsigned k = 0; ordered && k < n; k++) ordered = u[k].block == g->h[k] && u[k].access == u[0].access;
   for (unsigned k = 0; ok && !ordered && k < n; k++) { /* distinct handles (deduplicated), each a member: the same set */
-    dv_blk* b = record_of(rt, u[k].block);
+    dv_blk* b = any_order ? record_of(rt, u[k].block) : NULL;
     ok = b && atomic_load_explicit(&b->group, memory_order_relaxed) == g && b->gen == u[k].block >> INDEX_BITS &&
          u[k].access == u[0].access;
   }
-  if (!ok) {
-    gunlock(g);
-    return false;
+  if (!ok) gunlock(g);
+  return ok;
+}
+
+static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
+                      uint32_t* drops, dv_pinned* how, dv_counts* c) {
+  if (n < 2 || n > GROUP_MAX) return false;
+  dv_evslot* es = &rt->evslots[slot];
+  dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
+  if (!g || !group_match(rt, g, u, n, false)) {
+    dv_blk* b0 = record_of(rt, u[0].block);
+    if (!b0 || !(g = atomic_load_explicit(&b0->group, memory_order_acquire)) || !group_match(rt, g, u, n, true)) return false;
+    atomic_store_explicit(&es->group, g, memory_order_relaxed);
   }
   g->pins++;
   dv_counts one = {0};
@@ -547,8 +558,8 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
 
 devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
                             uint32_t drops, dv_counts* c) {
-  devrt_status st = dv_slot_settle(rt, slot, of, drops);
-  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev);
+  devrt_status st = dv_slot_settle(rt, slot, of, drops, &c->late);
+  for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev, &c->late);
   if (st == DEVRT_OK) c->waits += n;
   drop_waits(rt, w, n);
   return st;
@@ -733,7 +744,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   devrt_resource* top = NULL;
   void* p = NULL;
   dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
-  if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0)) == DEVRT_OK && (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
+  if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0, NULL)) == DEVRT_OK && (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
       (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
     devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
@@ -904,12 +915,11 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     frees += atomic_load_explicit(&e->frees, memory_order_relaxed);
     out->blocks_allocated += atomic_load_explicit(&e->allocs, memory_order_relaxed);
     out->events_created += atomic_load_explicit(&e->created, memory_order_relaxed);
-    out->events_recorded += atomic_load_explicit(&e->late, memory_order_relaxed);
     dv_spin_lock(&e->mu);
     out->waits_inserted += e->waits, out->waits_skipped_same_stream += e->same;
     out->waits_skipped_complete += e->complete, out->waits_coalesced += e->coalesced;
     out->launches += e->launches, out->launches_repeated += e->repeats, out->launches_grouped += e->grouped;
-    out->events_recorded += e->recorded, out->events_reused += e->reused, out->marks_deferred += e->deferred;
+    out->events_recorded += e->recorded + e->late, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     dv_spin_unlock(&e->mu);
   }
   out->deferred_frees = frees;

@@ -14,7 +14,7 @@
  * after the work it marks; devrt records it before enqueuing more on the slot if anything still
  * refers to it, so the point stays exact (foreign work on the native stream can only delay it). */
 typedef struct dv_pev {
-  dv_event* ev;
+  _Alignas(64) dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
   _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
@@ -24,27 +24,31 @@ typedef struct dv_pev {
 enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
 
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
- * stream), the free events, the completion watermark, and the counters of work on this slot. */
+ * stream), the free events, the completion watermark, and the counters of work on this slot.
+ * The first unit holds everything a launch on the slot touches; the second what other slots'
+ * threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
-  _Alignas(64) dv_spin mu;
-  _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
-  dv_pev *free, *all;         /* under mu */
-  _Atomic(dv_pev*) back;      /* events given back without the lock; taken under mu */
+  _Alignas(DV_LINE) dv_spin mu;
+  dv_pev* free;               /* under mu */
   _Atomic(dv_pev*) last;      /* the newest mark (holds a reference); written under mu */
+  _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
   uint64_t recorded, reused, deferred; /* under mu */
-  uint64_t waits, same, complete, coalesced, grouped, repeats, launches; /* under mu: see dv_counts */
+  uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; /* under mu: see dv_counts */
+  _Atomic(dv_pev*) rep_mark;  /* rep->mark, readable without `issuing` (a hint) */
+  _Alignas(DV_LINE) _Atomic(dv_pev*) back; /* events given back without the lock; taken under mu */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
-  _Atomic uint64_t created, allocs, frees, late; /* late: lazy marks recorded when needed */
-  _Atomic uint32_t issuing;             /* held by the thread using `rep` */
-  _Atomic(dv_pev*) rep_mark;            /* rep->mark, readable without `issuing` (a hint) */
-  _Atomic uint32_t rep_cold;            /* saves to skip: the repeated mark was needed elsewhere */
-  struct dv_repeat* rep;                /* the last launch's uses, for the repeat path */
+  _Atomic uint64_t created, allocs, frees;
+  dv_pev* all;                /* every event of the slot, for teardown (under mu) */
+  _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
+  _Atomic uint32_t issuing;   /* held by the thread using `rep` */
+  _Atomic uint32_t rep_cold;  /* saves to skip: the repeated mark was needed elsewhere */
+  struct dv_repeat* rep;      /* the last launch's uses, for the repeat path */
 } dv_evslot;
 
 /* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
  * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
  * add per counter. */
-typedef struct dv_counts { uint32_t waits, same, complete, coalesced, grouped, repeats, launches; } dv_counts;
+typedef struct dv_counts { uint32_t waits, same, complete, coalesced, grouped, repeats, launches, late; } dv_counts;
 void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
 void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
 
@@ -58,14 +62,16 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
  * the slot's reference to the previous newest mark (*old, may be NULL), to drop. Adds c to the
  * slot's counters either way. */
 devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c);
-/* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). */
-devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p);
-/* Makes s wait for p (nothing if p is known complete). */
-devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p);
+/* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). A
+ * record is counted in *late, for the caller to add to its own slot's counters (the total is
+ * what devrt_block_stats reports), or with late NULL on p's slot at once. */
+devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late);
+/* Makes s wait for p (nothing if p is known complete); late as for dv_pev_realize. */
+devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint32_t* late);
 /* Before devrt enqueues more work on `slot`: records its newest mark if it is lazy and referred
  * to by more than the slot itself and the `drops` references (to mark `of`) that the coming work
  * will replace. Lock-free when there is nothing to record. */
-devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops);
+devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint32_t* late);
 /* The slot's newest mark, as a hint (no reference taken: pooled events are never freed). */
 static inline const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
   return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);

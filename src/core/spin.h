@@ -1,12 +1,19 @@
-/* spin.h: the short lock devrt's record tables, free lists and per-slot event state use: one
- * atomic exchange to take, a plain store to give back (a pthread mutex costs two locked
- * instructions). Sections are a few probes or pointer moves, so waiters yield after a short spin. */
+/* spin.h: the short lock devrt's record tables, free lists and per-slot event state use (one
+ * atomic exchange to take, a plain store to give back: a pthread mutex costs two locked
+ * instructions; sections are a few probes or pointer moves, so waiters yield after a short spin),
+ * and the unit of memory that different threads' written data must not share. */
 #ifndef DEVRT_SPIN_H
 #define DEVRT_SPIN_H
 
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+
+/* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
+ * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
+#ifndef DV_LINE
+#define DV_LINE 128
+#endif
 
 typedef _Atomic bool dv_spin;
 static inline void dv_spin_lock(dv_spin* l) {

@@ -15,6 +15,7 @@
 
 struct devrt_kernel {
   _Atomic uint64_t magic;
+  devrt_runtime* rt; /* its module's: a launch checks it without reading the module */
   devrt_module* module;
   dv_kernel* k;
   unsigned nparams, param_size[MAX_PARAMS]; /* for copies of the arguments of deferred launches */
@@ -77,7 +78,7 @@ devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** 
     size_t len = strlen(name) + 1;
     if ((k = malloc(sizeof *k + len)) != NULL) {
       atomic_init(&k->magic, KERNEL_MAGIC);
-      k->module = m, k->k = dk, k->next = m->kernels;
+      k->rt = m->rt, k->module = m, k->k = dk, k->next = m->kernels;
       if (m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams) != DEVRT_OK) k->nparams = NO_PARAMS;
       memcpy(k->name, name, len);
       m->kernels = k;
@@ -102,7 +103,7 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
     devrt_kernel* k = d->kernel;
     DV_ARG_CHECK(atomic_load_explicit(&k->magic, memory_order_relaxed) == KERNEL_MAGIC, "devrt_launch",
                  "kernel %p is not a kernel, or its module was unloaded", (void*)k);
-    DV_ARG_CHECK(k->module->rt == rt, "devrt_launch", "kernel %s belongs to another runtime", k->name);
+    DV_ARG_CHECK(k->rt == rt, "devrt_launch", "kernel %s belongs to another runtime", k->name);
     DV_ARG_CHECK(d->grid[0] && d->block[0], "devrt_launch", "grid.x %u or block.x %u is 0 (kernel %s)", d->grid[0],
                  d->block[0], k->name);
   }
@@ -196,7 +197,7 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (n || out)) { /* no blocks: nothing to mark */
-    if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
+    if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   } else {
     dv_counts_flush(rt, slot, &c);

@@ -12,12 +12,6 @@
 #include "../core/error.h"
 #include "../core/spin.h"
 
-/* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
- * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
-#ifndef DV_LINE
-#define DV_LINE 128
-#endif
-
 /* The figures are sharded by thread (dv_shard): a thread moves bytes between figures on its own
  * DV_LINE unit, so the hot paths of different threads share no written line; a figure is the sum
  * of its shards (modulo 2^64: one shard may go "negative" when a block allocated by one thread is

@@ -38,7 +38,7 @@ static devrt_status follow(devrt_runtime* rt, dv_pev* ev, dv_event** bev) {
   devrt_status st = DEVRT_OK;
   if (!q->side[i]) st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &q->side[i]);
   if (st == DEVRT_OK && bev && !q->bev[i]) st = rt->be->event_create(rt->dev, DEVRT_EVENT_BLOCKING_SYNC, &q->bev[i]);
-  if (st == DEVRT_OK) st = dv_pev_wait(rt, q->side[i], ev);
+  if (st == DEVRT_OK) st = dv_pev_wait(rt, q->side[i], ev, NULL);
   if (st == DEVRT_OK) st = bev ? rt->be->event_record(*bev = q->bev[i], q->side[i]) : rt->be->host_func(q->side[i], post, q);
   return st;
 }

@@ -69,9 +69,9 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
     if (st == DEVRT_OK) dv_waits_add(rt, slot, evs[i], w, &waits);
     dv_pev_unref(rt, evs[i]);
   }
-  if (st == DEVRT_OK && waits) st = dv_slot_settle(rt, slot, NULL, 0); /* the slot's newest point stays before the waits */
+  if (st == DEVRT_OK && waits) st = dv_slot_settle(rt, slot, NULL, 0, NULL); /* the slot's newest point stays before the waits */
   for (unsigned i = 0; i < waits; i++) {
-    if (st == DEVRT_OK) st = dv_pev_wait(rt, s, w[i].ev);
+    if (st == DEVRT_OK) st = dv_pev_wait(rt, s, w[i].ev, NULL);
     dv_pev_unref(rt, w[i].ev);
   }
   if (waits) atomic_fetch_add_explicit(&rt->q->dwaits, waits, memory_order_relaxed);
