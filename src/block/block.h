@@ -106,8 +106,9 @@ typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
 
 /* Pins each block (a pinned block cannot be freed), or the group of exactly those blocks, and
  * gathers, per source slot, the newest event stream `slot` must wait for (the skipped ones
- * counted in c); nothing is pinned, held or counted if it fails. waits has room for rt->nslots entries. With `of`, counts in *drops the
- * references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
+ * counted in c); nothing is pinned, held or counted if it fails. waits has room for rt->nslots
+ * entries. With `of`, counts in *drops the references to mark `of` that dv_uses_finish will
+ * replace (for dv_slot_settle). */
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits, unsigned* nwaits,
                          const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
