@@ -476,15 +476,15 @@ static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
   if (k < n) dissolve(rt, g); /* the members so far get their state back */
 }
 
-/* The group whose members are exactly u's blocks, used with one access: pinned, with its waits
- * gathered (counted as if block by block); false if there is none. */
-/* Locks and returns g if u's blocks are exactly its members, with one access. */
+/* True, with g locked, if u's blocks are exactly g's members (in g's order, or with any_order in
+ * any order), used with one access. */
 static bool group_match(devrt_runtime* rt, dv_group* g, const dv_use* u, unsigned n, bool any_order) {
   glock(g);
   bool ok = g->live && g->n == n, ordered = ok;
   for (unsigned k = 0; ordered && k < n; k++) ordered = u[k].block == g->h[k] && u[k].access == u[0].access;
+  ok = ok && (ordered || any_order);
   for (unsigned k = 0; ok && !ordered && k < n; k++) { /* distinct handles (deduplicated), each a member: the same set */
-    dv_blk* b = any_order ? record_of(rt, u[k].block) : NULL;
+    dv_blk* b = record_of(rt, u[k].block);
     ok = b && atomic_load_explicit(&b->group, memory_order_relaxed) == g && b->gen == u[k].block >> INDEX_BITS &&
          u[k].access == u[0].access;
   }
@@ -492,6 +492,9 @@ static bool group_match(devrt_runtime* rt, dv_group* g, const dv_use* u, unsigne
   return ok;
 }
 
+/* The group whose members are exactly u's blocks, used with one access (the slot's last group
+ * first, in its order; else the first block's, in any order): pinned, with its waits gathered
+ * (counted as if block by block); false if there is none. */
 static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
                       uint32_t* drops, dv_pinned* how, dv_counts* c) {
   if (n < 2 || n > GROUP_MAX) return false;
