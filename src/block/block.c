@@ -266,10 +266,12 @@ static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
 typedef struct refs {
   dv_pev* ev;
   uint32_t gain, given; /* references to ev the records took; those provided for them */
-  unsigned n;
+  unsigned n;           /* entries of drop and cnt in use (only those are initialized) */
   dv_pev* drop[8];
   uint32_t cnt[8];
 } refs;
+/* Leaves the arrays as they are: every launch builds one. */
+static void refs_init(refs* r, dv_pev* ev) { r->ev = ev, r->gain = r->given = 0, r->n = 0; }
 
 static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
   for (unsigned k = 0; k < r->n; k++)
@@ -443,7 +445,9 @@ static bool same_track(const dv_track* a, const dv_track* b) {
 /* After a launch through the usual path that used the same set of blocks as each one's previous
  * use, with one access: their states (the same on each, unless another thread came between)
  * move into one group. Blocks another launch has pinned are left alone. */
-static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
+static void group_form(devrt_runtime* rt, const dv_uses* x) {
+  const devrt_block_use* u = x->u;
+  unsigned n = x->n;
   for (unsigned k = 1; k < n; k++)
     if (u[k].access != u[0].access) return;
   dv_group* g = n >= 2 && n <= GROUP_MAX ? group_take(rt->blocks) : NULL;
@@ -452,7 +456,7 @@ static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
   unsigned k = 0;
   glock(g);
   for (; k < n; k++) {
-    dv_blk* b = u[k].b;
+    dv_blk* b = x->b[k];
     lock(b);
     bool ok = b->live && b->gen == u[k].block >> INDEX_BITS && !b->pins && !atomic_load_explicit(&b->group, memory_order_relaxed);
     if (ok && k == 0 && (ok = grow(&g->t, b->t.nreaders))) { /* the first member's references become the group's */
@@ -478,10 +482,12 @@ static void group_form(devrt_runtime* rt, const dv_use* u, unsigned n) {
 
 /* True, with g locked, if u's blocks are exactly g's members (in g's order, or with any_order in
  * any order), used with one access. */
-static bool group_match(devrt_runtime* rt, dv_group* g, const dv_use* u, unsigned n, bool any_order) {
+static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
   glock(g);
-  bool ok = g->live && g->n == n, ordered = ok;
-  for (unsigned k = 0; ordered && k < n; k++) ordered = u[k].block == g->h[k] && u[k].access == u[0].access;
+  bool ok = g->live && g->n == n;
+  uint64_t diff = 0; /* branch-free: a match compares every member anyway */
+  for (unsigned k = 0; ok && k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
+  bool ordered = ok && !diff;
   ok = ok && (ordered || any_order);
   for (unsigned k = 0; ok && !ordered && k < n; k++) { /* distinct handles (deduplicated), each a member: the same set */
     dv_blk* b = record_of(rt, u[k].block);
@@ -495,7 +501,7 @@ static bool group_match(devrt_runtime* rt, dv_group* g, const dv_use* u, unsigne
 /* The group whose members are exactly u's blocks, used with one access (the slot's last group
  * first, in its order; else the first block's, in any order): pinned, with its waits gathered
  * (counted as if block by block); false if there is none. */
-static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
+static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
                       uint32_t* drops, dv_pinned* how, dv_counts* c) {
   if (n < 2 || n > GROUP_MAX) return false;
   dv_evslot* es = &rt->evslots[slot];
@@ -518,8 +524,10 @@ static bool group_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, d
 
 /* ---- the steps of a tracked use ---- */
 
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw,
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
                          const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
+  const devrt_block_use* u = x->u;
+  unsigned n = x->n;
   devrt_status st = DEVRT_OK;
   *nw = 0;
   *how = (dv_pinned){NULL, 0};
@@ -542,7 +550,7 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
     gather(rt, &b->t, u[k].access, slot, w, nw, &c);
     if (of) d += drops_of(&b->t, u[k].access, of);
     unlock(b);
-    u[k].b = b;
+    x->b[k] = b;
   }
   if (k == n) {
     counted->same += c.same, counted->complete += c.complete, counted->coalesced += c.coalesced;
@@ -550,9 +558,9 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot
     return DEVRT_OK;
   }
   while (k--) {
-    lock(u[k].b); /* pinned: never grouped meanwhile */
-    u[k].b->pins--;
-    unlock(u[k].b);
+    lock(x->b[k]); /* pinned: never grouped meanwhile */
+    x->b[k]->pins--;
+    unlock(x->b[k]);
   }
   drop_waits(rt, w, *nw);
   *nw = 0;
@@ -569,15 +577,18 @@ devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_w
 }
 
 /* A hash of a set of handles, whatever their order. */
-static uint64_t set_of(const dv_use* u, unsigned n) {
+static uint64_t set_of(const devrt_block_use* u, unsigned n) {
   uint64_t h = 0;
   for (unsigned k = 0; k < n; k++) h += (u[k].block ^ (u[k].block >> 29)) * 0xbf58476d1ce4e5b9ull;
   return h;
 }
 
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
                         const dv_pinned* how) {
-  refs r = {.ev = ev};
+  const devrt_block_use* u = x->u;
+  unsigned n = x->n;
+  refs r;
+  refs_init(&r, ev);
   if (old) drop(rt, &r, old);
   dv_group* g = how ? how->g : NULL;
   if (g) {
@@ -593,13 +604,13 @@ uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot,
       return 0;
     }
     gunlock(g); /* dissolved meanwhile: the members hold its pins, and their own state */
-    for (unsigned k = 0; k < n; k++) u[k].b = record_of(rt, u[k].block);
+    for (unsigned k = 0; k < n; k++) x->b[k] = record_of(rt, u[k].block);
   }
   if (ev) refs_give(&r, n, donate);
   uint64_t set = set_of(u, n);
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
-    dv_blk* b = u[k].b;
+    dv_blk* b = x->b[k];
     lock_tracked(rt, b);
     if (ev) {
       record_use(rt, &b->t, u[k].access, slot, &r);
@@ -608,12 +619,12 @@ uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot,
     again = again && b->lastset == set;
     b->lastset = set;
     b->pins -= how != NULL;
-    u[k].ver = atomic_load_explicit(&b->ver, memory_order_relaxed);
+    x->ver[k] = atomic_load_explicit(&b->ver, memory_order_relaxed);
     unlock(b);
   }
   uint32_t gain = r.gain;
   refs_apply(rt, &r);
-  if (again && ev && how && !g) group_form(rt, u, n);
+  if (again && ev && how && !g) group_form(rt, x);
   return gain;
 }
 
@@ -623,7 +634,9 @@ typedef struct dv_repeat {
   unsigned n;
   uint32_t gain;   /* the references the blocks hold to mark */
   dv_pev* mark;    /* the launch's mark (no reference: compared with the slot's newest) */
-  dv_use u[DEVRT_LAUNCH_MAX_USES];
+  devrt_block_use u[DEVRT_LAUNCH_MAX_USES];
+  dv_blk* b[DEVRT_LAUNCH_MAX_USES];
+  uint64_t ver[DEVRT_LAUNCH_MAX_USES];
 } dv_repeat;
 
 /* Launches that skip saving their uses after a repeated mark was needed by another stream (as in
@@ -637,8 +650,9 @@ static bool claim_issuing(dv_evslot* es) {
   return atomic_compare_exchange_strong(&es->issuing, &z, 1);
 }
 
-bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n) {
+bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x) {
   dv_evslot* es = &rt->evslots[slot];
+  unsigned n = x->n;
   dv_pev* m = atomic_load_explicit(&es->last, memory_order_acquire);
   if (!n || !m || atomic_load_explicit(&es->rep_mark, memory_order_relaxed) != m) return false;
   if (atomic_load_explicit(&m->rec, memory_order_relaxed) != DV_PEV_LAZY) { /* another stream needed it */
@@ -650,12 +664,12 @@ bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n
   bool same = r->n == n && m == r->mark && atomic_load_explicit(&m->rec, memory_order_acquire) == DV_PEV_LAZY &&
               atomic_load_explicit(&m->refs, memory_order_acquire) == 1 + r->gain;
   for (unsigned k = 0; same && k < n; k++)
-    same = r->u[k].block == u[k].block && r->u[k].access == u[k].access && atomic_load(&r->u[k].b->ver) == r->u[k].ver;
+    same = r->u[k].block == x->u[k].block && r->u[k].access == x->u[k].access && atomic_load(&r->b[k]->ver) == r->ver[k];
   if (!same) release_issuing(es);
   return same;
 }
 
-devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned n, bool ok) {
+devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok) {
   dv_evslot* es = &rt->evslots[slot];
   dv_repeat* r = es->rep;
   dv_pev* m = r->mark;
@@ -676,29 +690,32 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned
   devrt_status st = DEVRT_OK;
   if (!moved) { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for us) */
     dv_pev *ev = NULL, *old = NULL;
-    for (unsigned k = 0; k < n; k++) u[k].b = r->u[k].b;
+    memcpy(x->b, r->b, x->n * sizeof *x->b);
     if ((st = dv_pev_mark(rt, slot, &ev, &old, &(dv_counts){.launches = 1})) != DEVRT_OK) {
       rt->be->stream_sync(rt->slots[slot].s); /* the work cannot be tracked: let it finish */
       ev = NULL;
     }
-    r->gain = dv_uses_finish(rt, u, n, slot, ev, old, true, NULL);
+    r->gain = dv_uses_finish(rt, x, slot, ev, old, true, NULL);
     r->mark = ev;
     atomic_store_explicit(&es->rep_mark, ev, memory_order_relaxed);
-    for (unsigned k = 0; k < n; k++) r->u[k].ver = u[k].ver;
+    memcpy(r->ver, x->ver, x->n * sizeof *x->ver);
     if (!ev) r->n = 0;
   }
   release_issuing(es);
   return st;
 }
 
-void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n, dv_pev* ev, uint32_t gain) {
+void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain) {
+  unsigned n = x->n;
   dv_evslot* es = &rt->evslots[slot];
   uint32_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);
   if (cold) atomic_store_explicit(&es->rep_cold, cold - 1, memory_order_relaxed); /* (a lost update costs a save) */
   if (!n || !ev || cold || !claim_issuing(es)) return;
   if (!es->rep) es->rep = malloc(sizeof *es->rep); /* no room: no repeat path on this slot */
   if (es->rep) {
-    memcpy(es->rep->u, u, n * sizeof *u);
+    memcpy(es->rep->u, x->u, n * sizeof *x->u);
+    memcpy(es->rep->b, x->b, n * sizeof *x->b);
+    memcpy(es->rep->ver, x->ver, n * sizeof *x->ver);
     es->rep->n = n, es->rep->mark = ev, es->rep->gain = gain;
     atomic_store_explicit(&es->rep_mark, ev, memory_order_relaxed);
   }

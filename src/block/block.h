@@ -91,7 +91,14 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
 typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
-typedef struct dv_use { devrt_block block; devrt_access access; struct dv_blk* b; uint64_t ver; } dv_use;
+/* The blocks one piece of work touches, each named once, and what tracking keeps of them. */
+typedef struct dv_uses {
+  const devrt_block_use* u; /* the caller's list when it names each block once, else `merged` */
+  unsigned n;
+  struct dv_blk* b[DEVRT_LAUNCH_MAX_USES]; /* each block's record, once pinned block by block */
+  uint64_t ver[DEVRT_LAUNCH_MAX_USES];     /* each block's version after the use (the repeat path) */
+  devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
+} dv_uses;
 
 /* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit). */
@@ -109,7 +116,7 @@ typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
  * counted in c); nothing is pinned, held or counted if it fails. waits has room for rt->nslots
  * entries. With `of`, counts in *drops the references to mark `of` that dv_uses_finish will
  * replace (for dv_slot_settle). */
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_wait* waits, unsigned* nwaits,
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* waits, unsigned* nwaits,
                          const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
  * wait on every gathered event (counted in c); drops them either way. */
@@ -118,10 +125,10 @@ devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_w
 /* Records where the work ends (ev, on `slot`) on each block (or their group), then unpins them
  * as `how` says (NULL: they were not pinned); ev NULL only unpins. Drops the reference `old`
  * (may be NULL); with `donate` the caller's reference to ev goes to the blocks too. Leaves each
- * block's version in u[k].ver; returns the references to ev the blocks took (0 for a group:
+ * block's version in x->ver; returns the references to ev the blocks took (0 for a group:
  * a group's launch is no repeat candidate). Blocks used as one set again, with one access, are
  * grouped here. */
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
                         const dv_pinned* how);
 
 /* The repeat path: a launch on `slot` declaring the same uses as the slot's previous launch, when
@@ -130,9 +137,9 @@ uint32_t dv_uses_finish(devrt_runtime* rt, dv_use* u, unsigned n, unsigned slot,
  * no block is locked or written. dv_repeat_try claims it (false: take the usual path);
  * dv_repeat_end, after the work was enqueued (ok) or not, moves the mark or falls back to
  * recording the uses; dv_repeat_save remembers a finished launch's uses. */
-bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n);
-devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_use* u, unsigned n, bool ok);
-void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_use* u, unsigned n, dv_pev* ev, uint32_t gain);
+bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x);
+devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok);
+void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain);
 
 /* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
 devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out);

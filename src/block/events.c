@@ -55,8 +55,9 @@ static void give_locked(dv_evslot* es, dv_pev* p) { p->next = es->free, es->free
 /* Numbers p as the slot's newest point (under es->mu); returns the previous newest. */
 static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
-  p->seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
-  atomic_store_explicit(&es->seq, p->seq, memory_order_release); /* after the work: sync_begin relies on it */
+  uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
+  atomic_store_explicit(&p->seq, seq, memory_order_relaxed); /* p reaches others through `last` or a record */
+  atomic_store_explicit(&es->seq, seq, memory_order_release); /* after the work: sync_begin relies on it */
   dv_pev* old = atomic_load_explicit(&es->last, memory_order_relaxed); /* only written under es->mu */
   atomic_store_explicit(&es->last, p, memory_order_release);
   return old;

@@ -115,20 +115,34 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   return DEVRT_OK;
 }
 
-/* One entry per block; read + write of the same block -> read-write. A 64-bit filter of the
- * handles seen skips the search for blocks not seen before. */
-static unsigned dedup(const devrt_block_use* in, unsigned n, dv_use* u) {
-  unsigned m = 0;
-  uint64_t seen = 0;
-  for (unsigned i = 0; i < n; i++) {
-    uint64_t bit = 1ull << ((in[i].block * 0x9e3779b97f4a7c15ull) >> 58);
-    unsigned j = seen & bit ? 0 : m;
-    seen |= bit;
-    while (j < m && u[j].block != in[i].block) j++;
-    if (j == m) u[m++] = (dv_use){in[i].block, in[i].access, NULL, 0};
-    else u[j].access |= in[i].access;
+/* d's uses, each block once: the caller's list itself when it names each block once (a 256-bit
+ * filter of the handles seen spares the search for most), else a copy in x->merged where a block
+ * named twice has both accesses (read + write -> read-write). */
+typedef struct filter { uint64_t w[4]; } filter;
+static bool filter_add(filter* f, devrt_block h) { /* true: h may have been added before */
+  unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
+  uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
+  f->w[i >> 6] |= bit;
+  return had;
+}
+
+static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
+  const devrt_block_use* in = d->uses;
+  x->u = in, x->n = d->nuses;
+  filter f = {{0}};
+  for (unsigned i = 0; i < d->nuses; i++)
+    if (filter_add(&f, in[i].block))
+      for (unsigned j = 0; j < i; j++)
+        if (in[j].block == in[i].block) goto merge;
+  return;
+merge:
+  x->u = x->merged, x->n = 0, f = (filter){{0}};
+  for (unsigned i = 0; i < d->nuses; i++) {
+    unsigned j = filter_add(&f, in[i].block) ? 0 : x->n;
+    while (j < x->n && x->merged[j].block != in[i].block) j++;
+    if (j == x->n) x->merged[x->n++] = in[i];
+    else x->merged[j].access |= in[i].access;
   }
-  return m;
 }
 
 static unsigned dim(unsigned v) { return v ? v : 1; }
@@ -168,14 +182,14 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
 
 devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
-  dv_use u[DEVRT_LAUNCH_MAX_USES];
-  unsigned n = dedup(d->uses, d->nuses, u);
+  dv_uses x;
+  uses_of(d, &x);
   devrt_status st;
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
-  if (!out && !d->enqueue && dv_repeat_try(rt, slot, u, n)) {
+  if (!out && !d->enqueue && dv_repeat_try(rt, slot, &x)) {
     st = run(rt, d, id, s);
-    devrt_status end = dv_repeat_end(rt, slot, u, n, st == DEVRT_OK);
+    devrt_status end = dv_repeat_end(rt, slot, &x, st == DEVRT_OK);
     if ((st = st != DEVRT_OK ? st : end) != DEVRT_OK) return st;
     goto done;
   }
@@ -184,7 +198,7 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   uint32_t drops = 0;
   dv_pinned how;
   dv_counts c = {0};
-  st = dv_uses_pin(rt, u, n, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
+  st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
   if (st != DEVRT_OK) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
@@ -196,16 +210,16 @@ devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devr
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
-  if (st == DEVRT_OK && (n || out)) { /* no blocks: nothing to mark */
+  if (st == DEVRT_OK && (x.n || out)) { /* no blocks: nothing to mark */
     if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
     if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   } else {
     dv_counts_flush(rt, slot, &c);
   }
-  uint32_t gain = dv_uses_finish(rt, u, n, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
+  uint32_t gain = dv_uses_finish(rt, &x, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
-  if (!out && !how.g) dv_repeat_save(rt, slot, u, n, ev, gain);
+  if (!out && !how.g) dv_repeat_save(rt, slot, &x, ev, gain);
 done:;
   static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
   if (++launches % REAP_EVERY == 0 && atomic_load_explicit(&rt->stack, memory_order_relaxed))

@@ -145,6 +145,26 @@ static void dedup_and_coalesce(void) {
   CHECK(wrong(w, 4) == 0);
   devrt_block all[] = {x, z, w};
   release(all, 3);
+
+  /* A long list naming each block twice, to read and later to write: every block is written
+   * once by the launch (read-write), none is left with a reader. */
+  enum { M = 40 };
+  devrt_block many[M];
+  devrt_block_use twice[2 * M];
+  for (int i = 0; i < M; i++) {
+    many[i] = mk(S[6], 1);
+    twice[i] = (devrt_block_use){many[i], DEVRT_ACCESS_READ};
+    twice[2 * M - 1 - i] = (devrt_block_use){many[i], DEVRT_ACCESS_WRITE};
+  }
+  p = bptr(rt, many[0]), v = 6, n = N;
+  st0 = bstats(rt);
+  CHECK_OK(k_run(rt, S[7], K.slow_fill, N, args, twice, 2 * M)); /* slow: the copy below must wait */
+  st1 = bstats(rt);
+  CHECK(st1.launches - st0.launches == 1 && st1.waits_inserted - st0.waits_inserted <= 1); /* the fills: all on S6 */
+  for (int i = 0; i < M; i++) CHECK(info(many[i]).readers == 0);
+  CHECK_OK(k_copy(rt, &K, S[6], many[1], many[0], N, 0, true)); /* waits for S7's write */
+  CHECK(wrong(many[1], 6) == 0);
+  release(many, M);
 }
 
 /* Free while a slow kernel still reads the block, reallocate and overwrite at once: the reader's
