@@ -183,14 +183,14 @@ static void cu_event_destroy(dv_dev* d, dv_event* e) {
   D->cuEventDestroy((CUevent)e);
 }
 
-static devrt_status cu_event_record(dv_event* e, dv_stream* s) {
+DV_HOT static devrt_status cu_event_record(dv_event* e, dv_stream* s) {
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_EVENT_RECORD])))
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuEventRecord: injected fault");
   CU(D->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", "(event %p, stream %p)", (void*)e, (void*)s);
   return DEVRT_OK;
 }
 
-static devrt_status cu_stream_wait(dv_stream* s, dv_event* e) {
+DV_HOT static devrt_status cu_stream_wait(dv_stream* s, dv_event* e) {
   CU(D->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent", "(stream %p, event %p)", (void*)s, (void*)e);
   return DEVRT_OK;
 }
@@ -328,7 +328,7 @@ static devrt_status cu_kernel_get(dv_module* m, const char* name, dv_kernel** ou
   return DEVRT_OK;
 }
 
-static devrt_status cu_launch(dv_stream* s, dv_kernel* k, dv_dim3 g, dv_dim3 b, unsigned shmem, void** args) {
+DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, dv_dim3 g, dv_dim3 b, unsigned shmem, void** args) {
   CU(D->cuLaunchKernel((CUfunction)k, g.x, g.y, g.z, b.x, b.y, b.z, shmem, (CUstream)s, args, NULL),
      "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u)", g.x, g.y, g.z, b.x, b.y, b.z, shmem);
   return DEVRT_OK;

@@ -220,7 +220,7 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
  * Skips the slot's own events and events known complete. */
-static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c) {
+DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c) {
   if (p->slot == slot) {
     c->same++;
     return;
@@ -243,18 +243,18 @@ static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsign
   w[(*n)++] = (dv_wait){p->slot, p};
 }
 
-static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, dv_counts* c) {
+DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, dv_counts* c) {
   if (t->writer) want(rt, slot, t->writer, w, n, c);
   if (a & DEVRT_ACCESS_WRITE)
     for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c);
 }
 
-static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
+DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
   for (unsigned k = 0; k < n; k++) dv_pev_unref(rt, w[k].ev);
 }
 
 /* The references to mark `of` that recording access a of `slot` on t will replace. */
-static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
+DV_HOT static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
   uint32_t n = (a & DEVRT_ACCESS_WRITE) && t->writer == of;
   for (unsigned k = 0; k < t->nreaders; k++) n += t->readers[k].ev == of; /* of is slot's: only its entry can match */
   return n;
@@ -271,9 +271,9 @@ typedef struct refs {
   uint32_t cnt[8];
 } refs;
 /* Leaves the arrays as they are: every launch builds one. */
-static void refs_init(refs* r, dv_pev* ev) { r->ev = ev, r->gain = r->given = 0, r->n = 0; }
+DV_HOT static void refs_init(refs* r, dv_pev* ev) { r->ev = ev, r->gain = r->given = 0, r->n = 0; }
 
-static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
+DV_HOT static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
   for (unsigned k = 0; k < r->n; k++)
     if (r->drop[k] == p) {
       r->cnt[k]++;
@@ -289,28 +289,28 @@ static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
 /* Provides n references to r->ev for the records about to take it, before any can: once a record
  * is unlocked, another thread may replace the event there and drop that reference at once.
  * With `donate` the caller's own reference is one of them. */
-static void refs_give(refs* r, uint32_t n, bool donate) {
+DV_HOT static void refs_give(refs* r, uint32_t n, bool donate) {
   r->given = n > donate ? n : donate;
   if (r->given > donate) atomic_fetch_add_explicit(&r->ev->refs, r->given - donate, memory_order_relaxed);
 }
 
 /* Takes back the references given but not taken, and drops the old events'. */
-static void refs_apply(devrt_runtime* rt, refs* r) {
+DV_HOT static void refs_apply(devrt_runtime* rt, refs* r) {
   if (r->given > r->gain) dv_pev_unref_n(rt, r->ev, r->given - r->gain);
   for (unsigned k = 0; k < r->n; k++) dv_pev_unref_n(rt, r->drop[k], r->cnt[k]);
 }
 
-static void clear_readers(devrt_runtime* rt, dv_track* t, refs* r) {
+DV_HOT static void clear_readers(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders; k++) drop(rt, r, t->readers[k].ev);
   t->nreaders = 0;
 }
-static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
+DV_HOT static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
   clear_readers(rt, t, r);
   if (t->writer) drop(rt, r, t->writer);
   t->writer = NULL;
 }
 
-static bool grow(dv_track* t, unsigned need) {
+DV_HOT static bool grow(dv_track* t, unsigned need) {
   if (need <= t->capreaders) return true;
   unsigned cap = t->capreaders * 2 > need ? t->capreaders * 2 : need;
   dv_wait* v = malloc(cap * sizeof *v);
@@ -324,7 +324,7 @@ static bool grow(dv_track* t, unsigned need) {
 /* Room for one more reader: the entries known complete go, else the list grows, else (out of
  * host memory) the oldest entry is waited for on the host, and, complete, goes. False only if
  * that wait fails (the device is lost). */
-static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
+DV_HOT static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders;)
     if (dv_pev_done(rt, t->readers[k].ev)) {
       drop(rt, r, t->readers[k].ev);
@@ -343,7 +343,7 @@ static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
 }
 
 /* Records a read by `slot` at r->ev: replaces that slot's entry, or appends one. */
-static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
+DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
   if (k < t->nreaders) drop(rt, r, t->readers[k].ev);
@@ -354,7 +354,7 @@ static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
   return true;
 }
 
-static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r) {
+DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r) {
   if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) return;
   /* a write; or a read there is no room to track (device lost), kept as a write */
   clear_track(rt, t, r);
@@ -482,7 +482,7 @@ static void group_form(devrt_runtime* rt, const dv_uses* x) {
 
 /* True, with g locked, if u's blocks are exactly g's members (in g's order, or with any_order in
  * any order), used with one access. */
-static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
+DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
   glock(g);
   bool ok = g->live && g->n == n;
   uint64_t diff = 0; /* branch-free: a match compares every member anyway */
@@ -501,7 +501,7 @@ static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u
 /* The group whose members are exactly u's blocks, used with one access (the slot's last group
  * first, in its order; else the first block's, in any order): pinned, with its waits gathered
  * (counted as if block by block); false if there is none. */
-static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
+DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
                       uint32_t* drops, dv_pinned* how, dv_counts* c) {
   if (n < 2 || n > GROUP_MAX) return false;
   dv_evslot* es = &rt->evslots[slot];
@@ -524,7 +524,7 @@ static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, u
 
 /* ---- the steps of a tracked use ---- */
 
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
+DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
                          const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
@@ -567,7 +567,7 @@ devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* 
   return st;
 }
 
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
+DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
                             uint32_t drops, dv_counts* c) {
   devrt_status st = dv_slot_settle(rt, slot, of, drops, &c->late);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev, &c->late);
@@ -577,13 +577,13 @@ devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_w
 }
 
 /* A hash of a set of handles, whatever their order. */
-static uint64_t set_of(const devrt_block_use* u, unsigned n) {
+DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
   uint64_t h = 0;
   for (unsigned k = 0; k < n; k++) h += (u[k].block ^ (u[k].block >> 29)) * 0xbf58476d1ce4e5b9ull;
   return h;
 }
 
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
                         const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
@@ -650,7 +650,7 @@ static bool claim_issuing(dv_evslot* es) {
   return atomic_compare_exchange_strong(&es->issuing, &z, 1);
 }
 
-bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x) {
+DV_HOT bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x) {
   dv_evslot* es = &rt->evslots[slot];
   unsigned n = x->n;
   dv_pev* m = atomic_load_explicit(&es->last, memory_order_acquire);

@@ -32,7 +32,7 @@ static devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev** out) {
 }
 
 /* A free event of the slot, under es->mu (which it may drop and retake to create one). */
-static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev** out) {
+DV_HOT static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev** out) {
   if (!es->free) es->free = atomic_exchange_explicit(&es->back, NULL, memory_order_acquire);
   dv_pev* p = es->free;
   if (p) {
@@ -53,7 +53,7 @@ static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev
 static void give_locked(dv_evslot* es, dv_pev* p) { p->next = es->free, es->free = p; }
 
 /* Numbers p as the slot's newest point (under es->mu); returns the previous newest. */
-static dv_pev* publish(dv_evslot* es, dv_pev* p) {
+DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
   atomic_store_explicit(&p->seq, seq, memory_order_relaxed); /* p reaches others through `last` or a record */
@@ -63,7 +63,7 @@ static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   return old;
 }
 
-devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late) {
+DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late) {
   uint8_t s = atomic_load_explicit(&p->rec, memory_order_acquire);
   while (s != DV_PEV_RECORDED) {
     if (s == DV_PEV_RECORDING) { /* another thread is recording it */
@@ -88,12 +88,12 @@ devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late) {
   return DEVRT_OK;
 }
 
-static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
+DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
   return p && atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED &&
          atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
 }
 
-devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint32_t* late) {
+DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint32_t* late) {
   dv_evslot* es = &rt->evslots[slot];
   if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
     return DEVRT_OK; /* the common case, lock-free: nothing else needs the newest point */
@@ -129,7 +129,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   return DEVRT_OK;
 }
 
-void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
+DV_HOT void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
   es->waits += c->waits, es->same += c->same, es->complete += c->complete, es->coalesced += c->coalesced;
   es->grouped += c->grouped, es->repeats += c->repeats, es->launches += c->launches, es->late += c->late;
 }
@@ -141,7 +141,7 @@ void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {
   dv_spin_unlock(&es->mu);
 }
 
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c) {
+DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
   dv_spin_lock(&es->mu);
@@ -157,14 +157,14 @@ devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev*
   return st;
 }
 
-devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint32_t* late) {
+DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint32_t* late) {
   DV_CHECK(dv_pev_realize(rt, p, late));
   if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED) return DEVRT_OK; /* complete before it was needed */
   return rt->be->stream_wait(s, p->ev);
 }
 
 /* Safe to recycle at once: a wait already enqueued on the event keeps the point it captured. */
-void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
+DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
   uint32_t was = atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel);
   assert(was >= n); /* more references dropped than taken */
   if (was != n) return;
@@ -174,7 +174,7 @@ void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
   while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release, memory_order_relaxed));
 }
 
-bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
+DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
   return p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_acquire);
 }
 

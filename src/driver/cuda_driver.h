@@ -66,6 +66,6 @@ devrt_status dv_cu_status(CUresult r);
 
 /* Fails with the mapped status and "<call>: <CUDA_ERROR_NAME> (<driver text>) <context>". */
 devrt_status dv_cu_fail(CUresult r, const char* call, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4), cold));
 
 #endif

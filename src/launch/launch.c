@@ -119,14 +119,14 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
  * filter of the handles seen spares the search for most), else a copy in x->merged where a block
  * named twice has both accesses (read + write -> read-write). */
 typedef struct filter { uint64_t w[4]; } filter;
-static bool filter_add(filter* f, devrt_block h) { /* true: h may have been added before */
+DV_HOT static bool filter_add(filter* f, devrt_block h) { /* true: h may have been added before */
   unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
   uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
   f->w[i >> 6] |= bit;
   return had;
 }
 
-static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
+DV_HOT static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
   const devrt_block_use* in = d->uses;
   x->u = in, x->n = d->nuses;
   filter f = {{0}};
@@ -147,7 +147,7 @@ merge:
 
 static unsigned dim(unsigned v) { return v ? v : 1; }
 
-static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
+DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
   if (d->enqueue) return d->enqueue(d->user, id, rt->be->stream_native(s));
   dv_dim3 g = {d->grid[0], dim(d->grid[1]), dim(d->grid[2])}, b = {d->block[0], dim(d->block[1]), dim(d->block[2])};
   return rt->be->launch(s, d->kernel->k, g, b, d->shared_bytes, d->args);
@@ -180,7 +180,7 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
   }
 }
 
-devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
+DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_uses x;
   uses_of(d, &x);
@@ -227,7 +227,7 @@ done:;
   return DEVRT_OK;
 }
 
-devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
+DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_RT_CHECK(rt, "devrt_launch");
   if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
   devrt_status st = dv_launch_check(rt, d);
