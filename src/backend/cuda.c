@@ -226,7 +226,7 @@ static devrt_status cu_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
   return DEVRT_OK;
 }
 
-static devrt_status cu_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
+DV_HOT static devrt_status cu_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
   if (DV_UNLIKELY(!d->pool)) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_alloc: device %d has no memory pools", d->info.ordinal);
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_ALLOC])))
     return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "cuMemAllocFromPoolAsync: injected fault (%zu bytes)", size);
@@ -236,7 +236,7 @@ static devrt_status cu_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** o
   return DEVRT_OK;
 }
 
-static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
+DV_HOT static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
   (void)d;
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_FREE])))
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuMemFreeAsync: injected fault (%p)", p);

@@ -11,7 +11,7 @@
 #define DV_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define DV_INLINE __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
 #define DV_COLD __attribute__((cold)) /* failure paths: the compiler moves what leads here out of hot code */
-#define DV_HOT __attribute__((hot)) /* a recorded launch's path: kept together, so fewer lines to fetch */
+#define DV_HOT __attribute__((hot)) /* the paths around driver calls (launches, allocations): kept together */
 #else
 #define DV_COLD
 #define DV_HOT

@@ -280,7 +280,7 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   return first;
 }
 
-static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -299,7 +299,7 @@ static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stre
   return DEVRT_OK;
 }
 
-static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+DV_HOT static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;

@@ -65,7 +65,7 @@ static uint64_t charge(budget* b, size_t size) {
   return a && a->charge ? a->charge(a, size) : dv_round(a, size);
 }
 
-static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out) {
   uint64_t n = b->owns ? 0 : charge(b, size); /* an owner's leaves charge what they take */
   for (int step = 0;; step++) {
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
@@ -81,7 +81,7 @@ static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, co
   }
 }
 
-static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
   budget* b = (budget*)r;
   for (int attempt = 0;; attempt++) {
     devrt_status s = try_allocate(b, size, stream, tag, out);
@@ -93,7 +93,7 @@ static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream
   }
 }
 
-static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(dv_up_deallocate(r, ptr, size, stream)); /* a refused free changes nothing */
   if (!b->owns) atomic_fetch_sub(&b->live, charge(b, size));

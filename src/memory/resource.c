@@ -117,7 +117,7 @@ devrt_status devrt_resource_release(devrt_resource* r) {
   return DEVRT_OK;
 }
 
-devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
   DV_RES_CHECK(r, "devrt_resource_allocate");
   DV_ARG_CHECK(out, "devrt_resource_allocate", "out is NULL (%s)", r->name);
   DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name, tag ? tag : "untagged");
@@ -125,7 +125,7 @@ devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_strea
   return r->vtable->allocate(r, size, stream, tag, out);
 }
 
-devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   DV_RES_CHECK(r, "devrt_resource_deallocate");
   DV_ARG_CHECK(ptr, "devrt_resource_deallocate", "ptr is NULL (%s)", r->name);
   DV_ARG_CHECK(size, "devrt_resource_deallocate", "size is 0 (%s, ptr %p)", r->name, ptr);

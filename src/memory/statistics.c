@@ -277,7 +277,7 @@ static bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
 
 /* ---- the layer ---- */
 
-static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
   dv_stats* S = (dv_stats*)self;
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
@@ -303,7 +303,7 @@ static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream 
 /* Over a recording layer the counters fall once its deallocate accepted the free, by its record
  * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
  * if upstream refuses it). */
-static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
   if (!S->shards) {
     DV_CHECK(dv_up_deallocate(self, ptr, size, stream));
