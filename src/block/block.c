@@ -243,7 +243,8 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
   w[(*n)++] = (dv_wait){p->slot, p};
 }
 
-DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n, dv_counts* c) {
+DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n,
+                          dv_counts* c) {
   if (t->writer) want(rt, slot, t->writer, w, n, c);
   if (a & DEVRT_ACCESS_WRITE)
     for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c);
@@ -501,8 +502,8 @@ DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block
 /* The group whose members are exactly u's blocks, used with one access (the slot's last group
  * first, in its order; else the first block's, in any order): pinned, with its waits gathered
  * (counted as if block by block); false if there is none. */
-DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
-                      uint32_t* drops, dv_pinned* how, dv_counts* c) {
+DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w,
+                             unsigned* nw, const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
   if (n < 2 || n > GROUP_MAX) return false;
   dv_evslot* es = &rt->evslots[slot];
   dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
@@ -525,7 +526,7 @@ DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsign
 /* ---- the steps of a tracked use ---- */
 
 DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
-                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
+                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   devrt_status st = DEVRT_OK;
@@ -567,8 +568,8 @@ DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv
   return st;
 }
 
-DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
-                            uint32_t drops, dv_counts* c) {
+DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
+                                   const dv_pev* of, uint32_t drops, dv_counts* c) {
   devrt_status st = dv_slot_settle(rt, slot, of, drops, &c->late);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev, &c->late);
   if (st == DEVRT_OK) c->waits += n;
@@ -584,7 +585,7 @@ DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
 }
 
 DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                        const dv_pinned* how) {
+                               const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   refs r;

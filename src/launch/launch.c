@@ -115,17 +115,18 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   return DEVRT_OK;
 }
 
-/* d's uses, each block once: the caller's list itself when it names each block once (a 256-bit
- * filter of the handles seen spares the search for most), else a copy in x->merged where a block
- * named twice has both accesses (read + write -> read-write). */
+/* A 256-bit filter of block handles: adding one says whether it may have been added before. */
 typedef struct filter { uint64_t w[4]; } filter;
-DV_HOT static bool filter_add(filter* f, devrt_block h) { /* true: h may have been added before */
+DV_HOT static bool filter_add(filter* f, devrt_block h) {
   unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
   uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
   f->w[i >> 6] |= bit;
   return had;
 }
 
+/* d's uses, each block once: the caller's list itself when it names each block once (the filter
+ * spares the search for most entries), else a copy in x->merged where a block named twice has
+ * both accesses (read + write -> read-write). */
 DV_HOT static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
   const devrt_block_use* in = d->uses;
   x->u = in, x->n = d->nuses;
