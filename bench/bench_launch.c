@@ -77,7 +77,7 @@ static int r_pair(void* p, int n) { return ((lctx*)p)->raw->pair(p, n); }
 static int r_racefree(void* p, int n) { return ((lctx*)p)->raw->racefree(p, n); }
 
 /* ---- raw side, host backend: the backend's own calls ---- */
-static const dv_dim3 grid1 = {1, 1, 1}, block1 = {ELEMS, 1, 1};
+static const unsigned grid1[3] = {1, 1, 1}, block1[3] = {ELEMS, 1, 1};
 static int h_one(lctx* c, int n) {
   for (int i = 0; i < n; i++) TRY("launch", BE(c)->launch(c->sa, c->rk, grid1, block1, 0, c->args_a));
   return 0;

@@ -41,7 +41,7 @@ typedef struct rtx { /* one runtime and what the rows use on it */
 
 #define BE(c) ((c)->rt->be)
 #define DEV(c) ((c)->rt->dev)
-static const dv_dim3 grid1 = {1, 1, 1}, block1 = {ELEMS, 1, 1};
+static const unsigned grid1[3] = {1, 1, 1}, block1[3] = {ELEMS, 1, 1};
 
 static uint64_t cpu_ns(void) { /* user + sys of the whole process (every devrt thread included) */
   struct rusage u;

@@ -106,7 +106,7 @@ static inline devrt_status t_launch(devrt_runtime* rt, devrt_stream sid, const c
   DV_CHECK(rt->be->kernel_get(mod, name, &k));
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, sid, &s, "t_launch"));
-  dv_dim3 g = {grid, 1, 1}, b = {block, 1, 1};
+  unsigned g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
   return rt->be->launch(s, k, g, b, 0, args);
 }
 

@@ -83,7 +83,8 @@ typedef struct dv_backend {
   devrt_status (*module_load)(dv_dev* d, const void* image, dv_module** out);
   void (*module_unload)(dv_dev* d, dv_module* m);
   devrt_status (*kernel_get)(dv_module* m, const char* name, dv_kernel** out);
-  devrt_status (*launch)(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim3 block,
+  /* grid and block as in devrt_launch_desc: a y or z of 0 means 1 */
+  devrt_status (*launch)(dv_stream* s, dv_kernel* k, const unsigned grid[3], const unsigned block[3],
                          unsigned shmem, void** args);
   /* The byte size of each of k's parameters (at most `max`), so a deferred launch can copy them. */
   devrt_status (*kernel_params)(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n);

@@ -522,9 +522,10 @@ static size_t arg_slot(unsigned size) { /* bytes an argument takes in the op, ke
   return (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
 }
 
-static devrt_status host_launch(dv_stream* s, dv_kernel* k, dv_dim3 grid, dv_dim3 block,
+static devrt_status host_launch(dv_stream* s, dv_kernel* k, const unsigned g[3], const unsigned b[3],
                                 unsigned shmem, void** args) {
   (void)shmem; /* blocks run on one thread: no shared memory to size */
+  dv_dim3 grid = {g[0], g[1] + !g[1], g[2] + !g[2]}, block = {b[0], b[1] + !b[1], b[2] + !b[2]};
   const dv_host_kernel_def* def = (const dv_host_kernel_def*)(const void*)k;
   if (!s || !def) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: stream or kernel is NULL");
   if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)

@@ -72,7 +72,8 @@ struct dv_blocks {
   dv_group *groups, *all_groups;
 };
 
-_Static_assert(offsetof(dv_evslot, back) == DV_LINE, "a launch's slot state fits one unit");
+_Static_assert(offsetof(dv_evslot, n) == 64 && offsetof(dv_evslot, back) == DV_LINE,
+               "a launch reads one line of its slot's state and adds to the next");
 
 static void lock(dv_blk* b) { dv_spin_lock(&b->lock); }
 static void unlock(dv_blk* b) { dv_spin_unlock(&b->lock); }
@@ -348,8 +349,8 @@ DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, ref
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
   if (k < t->nreaders) drop(rt, r, t->readers[k].ev);
-  else if (!room(rt, t, r)) return false;
-  else k = t->nreaders++;
+  else if (t->nreaders < t->capreaders || room(rt, t, r)) k = t->nreaders++;
+  else return false;
   t->readers[k] = (dv_wait){slot, r->ev};
   r->gain++;
   return true;
@@ -507,7 +508,7 @@ DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsign
   if (n < 2 || n > GROUP_MAX) return false;
   dv_evslot* es = &rt->evslots[slot];
   dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
-  if (!g || !group_match(rt, g, u, n, false)) {
+  if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
     dv_blk* b0 = record_of(rt, u[0].block);
     if (!b0 || !(g = atomic_load_explicit(&b0->group, memory_order_acquire)) || !group_match(rt, g, u, n, true)) return false;
     atomic_store_explicit(&es->group, g, memory_order_relaxed);
@@ -525,24 +526,20 @@ DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsign
 
 /* ---- the steps of a tracked use ---- */
 
-DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
-                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
+/* dv_uses_pin block by block (out of line, so a grouped launch's code stays together). */
+static __attribute__((noinline)) devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
+                                                       unsigned* nw, const dv_pev* of, uint32_t* drops, const char* call,
+                                                       dv_counts* counted) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   devrt_status st = DEVRT_OK;
-  *nw = 0;
-  *how = (dv_pinned){NULL, 0};
   uint32_t d = 0;
-  if (group_pin(rt, u, n, slot, w, nw, of, &d, how, counted)) {
-    if (drops) *drops = d;
-    return DEVRT_OK;
-  }
   dv_counts c = {0};
   unsigned k = 0;
   for (; k < n; k++) {
     dv_blk* b = get_tracked(rt, u[k].block, call, &st);
-    if (!b) break;
-    if (b->pins & FREEING) {
+    if (DV_UNLIKELY(!b)) break;
+    if (DV_UNLIKELY(b->pins & FREEING)) {
       unlock(b);
       st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
       break;
@@ -553,7 +550,7 @@ DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv
     unlock(b);
     x->b[k] = b;
   }
-  if (k == n) {
+  if (DV_LIKELY(k == n)) {
     counted->same += c.same, counted->complete += c.complete, counted->coalesced += c.coalesced;
     if (drops) *drops = d;
     return DEVRT_OK;
@@ -566,6 +563,16 @@ DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv
   drop_waits(rt, w, *nw);
   *nw = 0;
   return st;
+}
+
+DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
+                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
+  *nw = 0;
+  *how = (dv_pinned){NULL, 0};
+  uint32_t d = 0;
+  if (!group_pin(rt, x->u, x->n, slot, w, nw, of, &d, how, counted)) return pin_each(rt, x, slot, w, nw, of, drops, call, counted);
+  if (drops) *drops = d;
+  return DEVRT_OK;
 }
 
 DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
@@ -584,37 +591,23 @@ DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
   return h;
 }
 
-DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                               const dv_pinned* how) {
+/* dv_uses_finish block by block (out of line, so a grouped launch's code stays together). */
+static __attribute__((noinline)) uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
+                                                      bool donate, const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
-  refs r;
-  refs_init(&r, ev);
-  if (old) drop(rt, &r, old);
+  dv_pev* ev = r->ev;
   dv_group* g = how ? how->g : NULL;
-  if (g) {
-    glock(g);
-    if (g->gen == how->gen) {
-      if (ev) {
-        refs_give(&r, 1, donate);
-        record_use(rt, &g->t, u[0].access, slot, &r);
-      }
-      g->pins--;
-      gunlock(g);
-      refs_apply(rt, &r);
-      return 0;
-    }
-    gunlock(g); /* dissolved meanwhile: the members hold its pins, and their own state */
+  if (g) /* dissolved meanwhile: the members hold its pins, and their own state */
     for (unsigned k = 0; k < n; k++) x->b[k] = record_of(rt, u[k].block);
-  }
-  if (ev) refs_give(&r, n, donate);
+  if (ev) refs_give(r, n, donate);
   uint64_t set = set_of(u, n);
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
     lock_tracked(rt, b);
     if (ev) {
-      record_use(rt, &b->t, u[k].access, slot, &r);
+      record_use(rt, &b->t, u[k].access, slot, r);
       touched(b);
     }
     again = again && b->lastset == set;
@@ -623,10 +616,32 @@ DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_
     x->ver[k] = atomic_load_explicit(&b->ver, memory_order_relaxed);
     unlock(b);
   }
-  uint32_t gain = r.gain;
-  refs_apply(rt, &r);
+  uint32_t gain = r->gain;
+  refs_apply(rt, r);
   if (again && ev && how && !g) group_form(rt, x);
   return gain;
+}
+
+DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
+                               const dv_pinned* how) {
+  refs r;
+  refs_init(&r, ev);
+  if (old) drop(rt, &r, old);
+  dv_group* g = how ? how->g : NULL;
+  if (!g) return finish_each(rt, x, slot, &r, donate, how);
+  glock(g);
+  if (DV_UNLIKELY(g->gen != how->gen)) {
+    gunlock(g);
+    return finish_each(rt, x, slot, &r, donate, how);
+  }
+  if (ev) {
+    refs_give(&r, 1, donate);
+    record_use(rt, &g->t, x->u[0].access, slot, &r);
+  }
+  g->pins--;
+  gunlock(g);
+  refs_apply(rt, &r);
+  return 0;
 }
 
 /* ---- the repeat path ---- */
@@ -644,11 +659,11 @@ typedef struct dv_repeat {
  * a producer/consumer pair, where the repeat path never holds). */
 #define REPEAT_COLD 16u
 
-static void release_issuing(dv_evslot* es) { atomic_store_explicit(&es->issuing, 0, memory_order_release); }
+static void release_issuing(dv_evslot* es) { atomic_store_explicit(&es->issuing, false, memory_order_release); }
 
 static bool claim_issuing(dv_evslot* es) {
-  uint32_t z = 0; /* seq_cst: against dv_block_free_on's version bump and check of this flag */
-  return atomic_compare_exchange_strong(&es->issuing, &z, 1);
+  bool z = false; /* seq_cst: against dv_block_free_on's version bump and check of this flag */
+  return atomic_compare_exchange_strong(&es->issuing, &z, true);
 }
 
 DV_HOT bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x) {
@@ -706,11 +721,12 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
   return st;
 }
 
-void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain) {
+__attribute__((noinline)) void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev,
+                                              uint32_t gain) {
   unsigned n = x->n;
   dv_evslot* es = &rt->evslots[slot];
-  uint32_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);
-  if (cold) atomic_store_explicit(&es->rep_cold, cold - 1, memory_order_relaxed); /* (a lost update costs a save) */
+  uint8_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);
+  if (cold) atomic_store_explicit(&es->rep_cold, (uint8_t)(cold - 1), memory_order_relaxed); /* (a lost update costs a save) */
   if (!n || !ev || cold || !claim_issuing(es)) return;
   if (!es->rep) es->rep = malloc(sizeof *es->rep); /* no room: no repeat path on this slot */
   if (es->rep) {
@@ -937,10 +953,10 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     out->blocks_allocated += atomic_load_explicit(&e->allocs, memory_order_relaxed);
     out->events_created += atomic_load_explicit(&e->created, memory_order_relaxed);
     dv_spin_lock(&e->mu);
-    out->waits_inserted += e->waits, out->waits_skipped_same_stream += e->same;
-    out->waits_skipped_complete += e->complete, out->waits_coalesced += e->coalesced;
-    out->launches += e->launches, out->launches_repeated += e->repeats, out->launches_grouped += e->grouped;
-    out->events_recorded += e->recorded + e->late, out->events_reused += e->reused, out->marks_deferred += e->deferred;
+    out->waits_inserted += e->n.waits, out->waits_skipped_same_stream += e->n.same;
+    out->waits_skipped_complete += e->n.complete, out->waits_coalesced += e->n.coalesced;
+    out->launches += e->n.launches, out->launches_repeated += e->n.repeats, out->launches_grouped += e->n.grouped;
+    out->events_recorded += e->recorded + e->n.late, out->events_reused += e->reused, out->marks_deferred += e->deferred;
     dv_spin_unlock(&e->mu);
   }
   out->deferred_frees = frees;

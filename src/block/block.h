@@ -23,32 +23,40 @@ typedef struct dv_pev {
 } dv_pev;
 enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
 
+/* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
+ * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
+ * add per counter; v adds them as one vector. */
+typedef union dv_counts {
+  struct { uint32_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
+  uint32_t v[8];
+} dv_counts;
+
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
  * stream), the free events, the completion watermark, and the counters of work on this slot.
- * The first unit holds everything a launch on the slot touches; the second what other slots'
- * threads write or read (returned events, the watermark). */
+ * The first line holds what a launch on the slot reads, the second its counters; the second unit
+ * what other slots' threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
   _Alignas(DV_LINE) dv_spin mu;
+  _Atomic bool issuing;       /* held by the thread using `rep` */
+  _Atomic uint8_t rep_cold;   /* saves to skip: the repeated mark was needed elsewhere */
   dv_pev* free;               /* under mu */
   _Atomic(dv_pev*) last;      /* the newest mark (holds a reference); written under mu */
   _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
-  uint64_t recorded, reused, deferred; /* under mu */
-  uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; /* under mu: see dv_counts */
   _Atomic(dv_pev*) rep_mark;  /* rep->mark, readable without `issuing` (a hint) */
+  _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
+  struct dv_repeat* rep;      /* the last launch's uses, for the repeat path */
+  uint64_t deferred;          /* under mu */
+  union { /* under mu: dv_counts' totals */
+    struct { uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
+    uint64_t v[8];
+  } n;
   _Alignas(DV_LINE) _Atomic(dv_pev*) back; /* events given back without the lock; taken under mu */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
   _Atomic uint64_t created, allocs, frees;
+  uint64_t recorded, reused;  /* under mu */
   dv_pev* all;                /* every event of the slot, for teardown (under mu) */
-  _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
-  _Atomic uint32_t issuing;   /* held by the thread using `rep` */
-  _Atomic uint32_t rep_cold;  /* saves to skip: the repeated mark was needed elsewhere */
-  struct dv_repeat* rep;      /* the last launch's uses, for the repeat path */
 } dv_evslot;
 
-/* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
- * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
- * add per counter. */
-typedef struct dv_counts { uint32_t waits, same, complete, coalesced, grouped, repeats, launches, late; } dv_counts;
 void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
 void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
 
@@ -104,7 +112,7 @@ typedef struct dv_uses {
  * streams, the runtime's own and 64 for partitions fit). */
 #define WAIT_BUF(rt, name)                                                                    \
   dv_wait name##_stack[128];                                                                  \
-  dv_wait* name = (rt)->nslots <= 128 ? name##_stack : malloc((rt)->nslots * sizeof *name);   \
+  dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : malloc((rt)->nslots * sizeof *name); \
   if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 

@@ -130,8 +130,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
 }
 
 DV_HOT void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
-  es->waits += c->waits, es->same += c->same, es->complete += c->complete, es->coalesced += c->coalesced;
-  es->grouped += c->grouped, es->repeats += c->repeats, es->launches += c->launches, es->late += c->late;
+  for (unsigned i = 0; i < 8; i++) es->n.v[i] += c->v[i];
 }
 
 void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {

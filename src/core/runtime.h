@@ -36,12 +36,14 @@ typedef struct dv_slot {
 } dv_slot;
 
 struct devrt_runtime {
-  _Atomic uint64_t magic; /* this line: what every stream lookup and backend call reads */
+  _Alignas(64) _Atomic uint64_t magic; /* this line: what every launch, stream lookup and backend call reads */
   const dv_backend* be;
   dv_dev* dev;
   uint64_t serial;
   dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions' */
   unsigned npool, nslots;
+  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
+  struct dv_blocks* blocks;  /* the block table (src/block) */
   devrt_config cfg;
   devrt_device_info info;
   bool owned;
@@ -60,8 +62,6 @@ struct devrt_runtime {
   pthread_mutex_t stack_mu;
   _Atomic(devrt_resource*) stack; /* the resource stack, built on first use or set by the user */
 
-  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
-  struct dv_blocks* blocks;  /* the block table (src/block) */
   struct dv_queue* q;        /* the submission queue and its threads (src/sync) */
   _Atomic uint64_t refused_launches, stale_refusals;
 };

@@ -91,7 +91,7 @@ devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** 
   return st;
 }
 
-static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
+DV_COLD static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
   atomic_fetch_add_explicit(&rt->refused_launches, 1, memory_order_relaxed);
   return st;
 }
@@ -124,20 +124,12 @@ DV_HOT static bool filter_add(filter* f, devrt_block h) {
   return had;
 }
 
-/* d's uses, each block once: the caller's list itself when it names each block once (the filter
- * spares the search for most entries), else a copy in x->merged where a block named twice has
- * both accesses (read + write -> read-write). */
-DV_HOT static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
+/* A copy of d's uses in x->merged, each block once with both accesses where it is named twice
+ * (read + write -> read-write). Out of line: most launches name each block once. */
+static __attribute__((noinline)) void merge_uses(const devrt_launch_desc* d, dv_uses* x) {
   const devrt_block_use* in = d->uses;
-  x->u = in, x->n = d->nuses;
   filter f = {{0}};
-  for (unsigned i = 0; i < d->nuses; i++)
-    if (filter_add(&f, in[i].block))
-      for (unsigned j = 0; j < i; j++)
-        if (in[j].block == in[i].block) goto merge;
-  return;
-merge:
-  x->u = x->merged, x->n = 0, f = (filter){{0}};
+  x->u = x->merged, x->n = 0;
   for (unsigned i = 0; i < d->nuses; i++) {
     unsigned j = filter_add(&f, in[i].block) ? 0 : x->n;
     while (j < x->n && x->merged[j].block != in[i].block) j++;
@@ -146,12 +138,21 @@ merge:
   }
 }
 
-static unsigned dim(unsigned v) { return v ? v : 1; }
+/* d's uses, each block once: the caller's list itself when it names each block once (the filter
+ * spares the search for most entries), else merge_uses' copy. */
+DV_HOT static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
+  const devrt_block_use* in = d->uses;
+  x->u = in, x->n = d->nuses;
+  filter f = {{0}};
+  for (unsigned i = 0; i < d->nuses; i++)
+    if (DV_UNLIKELY(filter_add(&f, in[i].block)))
+      for (unsigned j = 0; j < i; j++)
+        if (in[j].block == in[i].block) return merge_uses(d, x);
+}
 
 DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
   if (d->enqueue) return d->enqueue(d->user, id, rt->be->stream_native(s));
-  dv_dim3 g = {d->grid[0], dim(d->grid[1]), dim(d->grid[2])}, b = {d->block[0], dim(d->block[1]), dim(d->block[2])};
-  return rt->be->launch(s, d->kernel->k, g, b, d->shared_bytes, d->args);
+  return rt->be->launch(s, d->kernel->k, d->grid, d->block, d->shared_bytes, d->args);
 }
 
 static size_t arg_slot(unsigned size) { return (size + 15u) & ~(size_t)15u; }
@@ -200,7 +201,7 @@ DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* 
   dv_pinned how;
   dv_counts c = {0};
   st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
-  if (st != DEVRT_OK) {
+  if (DV_UNLIKELY(st != DEVRT_OK)) {
     WAIT_BUF_FREE(w);
     return refuse(rt, st);
   }
@@ -213,7 +214,7 @@ DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* 
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (x.n || out)) { /* no blocks: nothing to mark */
     if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
-    if (st != DEVRT_OK) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+    if (DV_UNLIKELY(st != DEVRT_OK)) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
   } else {
     dv_counts_flush(rt, slot, &c);
   }
@@ -223,7 +224,7 @@ DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* 
   if (!out && !how.g) dv_repeat_save(rt, slot, &x, ev, gain);
 done:;
   static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
-  if (++launches % REAP_EVERY == 0 && atomic_load_explicit(&rt->stack, memory_order_relaxed))
+  if (DV_UNLIKELY(++launches % REAP_EVERY == 0) && atomic_load_explicit(&rt->stack, memory_order_relaxed))
     devrt_reap_pending(rt, 0, NULL); /* opportunistic: a failure here belongs to no launch */
   return DEVRT_OK;
 }

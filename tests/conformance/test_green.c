@@ -74,7 +74,7 @@ int main(void) {
   REQUIRE_OK(rt->be->module_load(rt->dev, NULL, &m));
   REQUIRE_OK(rt->be->kernel_get(m, "devrt_record_smid", &k));
   void* args[] = {&smids};
-  dv_dim3 grid = {BLOCKS, 1, 1}, block = {32, 1, 1};
+  unsigned grid[3] = {BLOCKS, 1, 1}, block[3] = {32, 1, 1};
   CHECK_OK(rt->be->launch(gs, k, grid, block, 0, args));
   CHECK_OK(rt->be->stream_sync(gs));
   static uint32_t ids[BLOCKS];

@@ -557,7 +557,7 @@ static void test_two_layouts(void) {
     REQUIRE_OK(rt->be->module_load(rt->dev, NULL, &m));
     REQUIRE_OK(rt->be->kernel_get(m, "devrt_record_smid", &k));
     void* args[] = {&buf};
-    dv_dim3 grid = {BLOCKS, 1, 1}, block = {32, 1, 1};
+    unsigned grid[3] = {BLOCKS, 1, 1}, block[3] = {32, 1, 1};
     CUgraph graph = NULL;
     CUgraphExec exec = NULL;
     CHECK(D->cuStreamBeginCapture((CUstream)pn, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
