@@ -12,7 +12,12 @@
 #define DV_INLINE __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
 #define DV_COLD __attribute__((cold)) /* failure paths: the compiler moves what leads here out of hot code */
 #define DV_HOT __attribute__((hot)) /* the paths around driver calls (launches, allocations): kept together */
+/* A hot path's thread-local word: one %fs-relative access, where the default model for shared
+ * libraries reads the thread pointer first (or calls __tls_get_addr). Small: a library loaded
+ * with dlopen takes it from the static TLS surplus. */
+#define DV_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 #else
+#define DV_TLS _Thread_local
 #define DV_COLD
 #define DV_HOT
 #define DV_INLINE inline

@@ -43,7 +43,7 @@ struct dv_mem_account {
 
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else
  * one of the shared ones. */
-extern _Thread_local unsigned dv_tshard;
+extern DV_TLS unsigned dv_tshard;
 extern _Atomic unsigned dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
@@ -116,7 +116,7 @@ void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
  * and its allocating thread's shard. A statistics layer directly over one reads it after its
  * upstream's deallocate returns, instead of keeping a pointer map of its own. */
 typedef struct dv_freed { const char* tag; unsigned shard; } dv_freed;
-extern _Thread_local dv_freed dv_last_freed;
+extern DV_TLS dv_freed dv_last_freed;
 bool dv_async_is(const devrt_resource* r);
 bool dv_simple_is(const devrt_resource* r);
 bool dv_caching_is(const devrt_resource* r);

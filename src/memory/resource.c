@@ -9,8 +9,8 @@
 
 /* ---- the shared account (account.h) ---- */
 
-_Thread_local unsigned dv_tshard;
-_Thread_local dv_freed dv_last_freed;
+DV_TLS unsigned dv_tshard;
+DV_TLS dv_freed dv_last_freed;
 static _Atomic uint64_t owned;        /* bit i: owned shard i is taken by a live thread */
 static _Atomic unsigned next_shared;  /* round robin over the shared shards */
 _Atomic unsigned dv_shard_span;
