@@ -328,11 +328,12 @@ static devrt_status cu_kernel_get(dv_module* m, const char* name, dv_kernel** ou
   return DEVRT_OK;
 }
 
-DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned g[3], const unsigned b[3], unsigned shmem,
-                                     void** args) {
-  CU(D->cuLaunchKernel((CUfunction)k, g[0], g[1] + !g[1], g[2] + !g[2], b[0], b[1] + !b[1], b[2] + !b[2], shmem, (CUstream)s,
-                       args, NULL),
-     "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u; 0 means 1)", g[0], g[1], g[2], b[0], b[1], b[2], shmem);
+DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned g[3], const unsigned b[3],
+                                     unsigned shmem, void** args) {
+  CU(D->cuLaunchKernel((CUfunction)k, g[0], g[1] + !g[1], g[2] + !g[2], b[0], b[1] + !b[1], b[2] + !b[2], shmem,
+                       (CUstream)s, args, NULL),
+     "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u; 0 means 1)", g[0], g[1], g[2], b[0], b[1], b[2],
+     shmem);
   return DEVRT_OK;
 }
 

@@ -570,7 +570,8 @@ DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv
   *nw = 0;
   *how = (dv_pinned){NULL, 0};
   uint32_t d = 0;
-  if (!group_pin(rt, x->u, x->n, slot, w, nw, of, &d, how, counted)) return pin_each(rt, x, slot, w, nw, of, drops, call, counted);
+  if (!group_pin(rt, x->u, x->n, slot, w, nw, of, &d, how, counted))
+    return pin_each(rt, x, slot, w, nw, of, drops, call, counted);
   if (drops) *drops = d;
   return DEVRT_OK;
 }
@@ -721,6 +722,7 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
   return st;
 }
 
+/* Out of line: grouped launches never save, and most saves end at the first checks. */
 __attribute__((noinline)) void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev,
                                               uint32_t gain) {
   unsigned n = x->n;

@@ -33,8 +33,8 @@ typedef union dv_counts {
 
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
  * stream), the free events, the completion watermark, and the counters of work on this slot.
- * The first line holds what a launch on the slot reads, the second its counters; the second unit
- * what other slots' threads write or read (returned events, the watermark). */
+ * Its first line holds what a launch on the slot reads and the next its counters; the second
+ * DV_LINE unit what other slots' threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
   _Alignas(DV_LINE) dv_spin mu;
   _Atomic bool issuing;       /* held by the thread using `rep` */
@@ -110,8 +110,8 @@ typedef struct dv_uses {
 
 /* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit). */
-#define WAIT_BUF(rt, name)                                                                    \
-  dv_wait name##_stack[128];                                                                  \
+#define WAIT_BUF(rt, name)                                                                              \
+  dv_wait name##_stack[128];                                                                            \
   dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : malloc((rt)->nslots * sizeof *name); \
   if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)

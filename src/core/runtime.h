@@ -36,7 +36,7 @@ typedef struct dv_slot {
 } dv_slot;
 
 struct devrt_runtime {
-  _Alignas(64) _Atomic uint64_t magic; /* this line: what every launch, stream lookup and backend call reads */
+  _Alignas(64) _Atomic uint64_t magic; /* this line: what every launch, lookup and backend call reads */
   const dv_backend* be;
   dv_dev* dev;
   uint64_t serial;
