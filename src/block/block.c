@@ -323,10 +323,10 @@ DV_HOT static bool grow(dv_track* t, unsigned need) {
   return true;
 }
 
-/* Room for one more reader: the entries known complete go, else the list grows, else (out of
- * host memory) the oldest entry is waited for on the host, and, complete, goes. False only if
- * that wait fails (the device is lost). */
-DV_HOT static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
+/* Room for one more reader in a full list: the entries known complete go, else the list grows,
+ * else (out of host memory) the oldest entry is waited for on the host, and, complete, goes.
+ * False only if that wait fails (the device is lost). */
+static bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders;)
     if (dv_pev_done(rt, t->readers[k].ev)) {
       drop(rt, r, t->readers[k].ev);
@@ -343,14 +343,17 @@ DV_HOT static bool room(devrt_runtime* rt, dv_track* t, refs* r) {
   t->readers[0] = t->readers[--t->nreaders];
   return true;
 }
+static inline bool room(devrt_runtime* rt, dv_track* t, refs* r) {
+  return t->nreaders < t->capreaders || make_room(rt, t, r);
+}
 
 /* Records a read by `slot` at r->ev: replaces that slot's entry, or appends one. */
 DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
   if (k < t->nreaders) drop(rt, r, t->readers[k].ev);
-  else if (t->nreaders < t->capreaders || room(rt, t, r)) k = t->nreaders++;
-  else return false;
+  else if (!room(rt, t, r)) return false;
+  else k = t->nreaders++;
   t->readers[k] = (dv_wait){slot, r->ev};
   r->gain++;
   return true;
@@ -400,7 +403,7 @@ static void dissolve(devrt_runtime* rt, dv_group* g) {
     for (unsigned j = 0; j < g->t.nreaders; j++) {
       dv_wait e = g->t.readers[j];
       dv_pev_ref(e.ev);
-      if (b->t.nreaders == b->t.capreaders && !room(rt, &b->t, &r)) dv_pev_unref(rt, e.ev); /* device lost */
+      if (!room(rt, &b->t, &r)) dv_pev_unref(rt, e.ev); /* device lost */
       else b->t.readers[b->t.nreaders++] = e;
     }
     b->pins += g->pins;

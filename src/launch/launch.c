@@ -213,8 +213,9 @@ DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* 
   c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (x.n || out)) { /* no blocks: nothing to mark */
-    if ((st = dv_pev_mark(rt, slot, &ev, &old, &c)) == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
-    if (DV_UNLIKELY(st != DEVRT_OK)) rt->be->stream_sync(s); /* the work cannot be tracked: let it finish before anyone else uses the blocks */
+    st = dv_pev_mark(rt, slot, &ev, &old, &c);
+    if (st == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
+    if (DV_UNLIKELY(st != DEVRT_OK)) rt->be->stream_sync(s); /* untracked work: let it finish before others use the blocks */
   } else {
     dv_counts_flush(rt, slot, &c);
   }

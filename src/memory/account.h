@@ -4,7 +4,6 @@
 #ifndef DEVRT_MEMORY_ACCOUNT_H
 #define DEVRT_MEMORY_ACCOUNT_H
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdbool.h>
