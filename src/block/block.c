@@ -220,19 +220,20 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 /* ---- tracking ---- */
 
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
- * Skips the slot's own events and events known complete. */
-DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c) {
+ * Skips the slot's own events and events known complete. Counts as `wt` uses of p (a group's
+ * members): each skip wt times, and a wait inserted for them as wt - 1 coalesced. */
+DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c, unsigned wt) {
   if (p->slot == slot) {
-    c->same++;
+    c->same += wt;
     return;
   }
   if (dv_pev_done(rt, p)) {
-    c->complete++;
+    c->complete += wt;
     return;
   }
   for (unsigned k = 0; k < *n; k++)
     if (w[k].slot == p->slot) {
-      c->coalesced++;
+      c->coalesced += wt;
       if (p->seq > w[k].ev->seq) {
         dv_pev_ref(p);
         dv_pev_unref(rt, w[k].ev);
@@ -242,13 +243,14 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
     }
   dv_pev_ref(p);
   w[(*n)++] = (dv_wait){p->slot, p};
+  c->coalesced += wt - 1;
 }
 
 DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n,
-                          dv_counts* c) {
-  if (t->writer) want(rt, slot, t->writer, w, n, c);
+                          dv_counts* c, unsigned wt) {
+  if (t->writer) want(rt, slot, t->writer, w, n, c, wt);
   if (a & DEVRT_ACCESS_WRITE)
-    for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c);
+    for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c, wt);
 }
 
 DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
@@ -485,30 +487,43 @@ static void group_form(devrt_runtime* rt, const dv_uses* x) {
   if (k < n) dissolve(rt, g); /* the members so far get their state back */
 }
 
+/* True if u's blocks, each a member of g and used with one access, are all g's members: each
+ * named once (the caller's list is not deduplicated yet). Out of line: the slot's last group
+ * matches in its own order. */
+static __attribute__((noinline)) bool same_set(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n) {
+  for (unsigned k = 0; k < n; k++) {
+    dv_blk* b = record_of(rt, u[k].block);
+    if (!b || atomic_load_explicit(&b->group, memory_order_relaxed) != g || b->gen != u[k].block >> INDEX_BITS ||
+        u[k].access != u[0].access)
+      return false;
+    for (unsigned j = 0; j < k; j++)
+      if (u[j].block == u[k].block) return false;
+  }
+  return true;
+}
+
 /* True, with g locked, if u's blocks are exactly g's members (in g's order, or with any_order in
  * any order), used with one access. */
 DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
   glock(g);
-  bool ok = g->live && g->n == n;
-  uint64_t diff = 0; /* branch-free: a match compares every member anyway */
-  for (unsigned k = 0; ok && k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
-  bool ordered = ok && !diff;
-  ok = ok && (ordered || any_order);
-  for (unsigned k = 0; ok && !ordered && k < n; k++) { /* distinct handles (deduplicated), each a member: the same set */
-    dv_blk* b = record_of(rt, u[k].block);
-    ok = b && atomic_load_explicit(&b->group, memory_order_relaxed) == g && b->gen == u[k].block >> INDEX_BITS &&
-         u[k].access == u[0].access;
+  if (g->live && g->n == n) {
+    uint64_t diff = 0; /* branch-free: a match compares every member anyway */
+    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
+    if (!diff || (any_order && same_set(rt, g, u, n))) return true;
   }
-  if (!ok) gunlock(g);
-  return ok;
+  gunlock(g);
+  return false;
 }
 
-/* The group whose members are exactly u's blocks, used with one access (the slot's last group
- * first, in its order; else the first block's, in any order): pinned, with its waits gathered
- * (counted as if block by block); false if there is none. */
-DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsigned n, unsigned slot, dv_wait* w,
-                             unsigned* nw, const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
-  if (n < 2 || n > GROUP_MAX) return false;
+/* The group whose members are exactly x's blocks, used with one valid access (the slot's last
+ * group first, in its order; else the first block's, in any order): pinned, with its waits
+ * gathered (counted as if block by block); false if there is none. x may be the caller's list as
+ * it is, neither checked nor deduplicated. */
+static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
+                                const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
+  const devrt_block_use* u = x->u;
+  unsigned n = x->n;
+  if (n < 2 || n > GROUP_MAX || u[0].access < DEVRT_ACCESS_READ || u[0].access > DEVRT_ACCESS_READ_WRITE) return false;
   dv_evslot* es = &rt->evslots[slot];
   dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
   if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
@@ -517,22 +532,19 @@ DV_HOT static bool group_pin(devrt_runtime* rt, const devrt_block_use* u, unsign
     atomic_store_explicit(&es->group, g, memory_order_relaxed);
   }
   g->pins++;
-  dv_counts one = {0};
-  gather(rt, &g->t, u[0].access, slot, w, nw, &one);
+  gather(rt, &g->t, u[0].access, slot, w, nw, c, n); /* counted as if block by block */
   if (of) *drops = drops_of(&g->t, u[0].access, of);
   how->g = g, how->gen = g->gen;
   gunlock(g);
-  c->same += one.same * n, c->complete += one.complete * n, c->coalesced += one.coalesced * n + *nw * (n - 1);
   c->grouped++;
   return true;
 }
 
 /* ---- the steps of a tracked use ---- */
 
-/* dv_uses_pin block by block (out of line, so a grouped launch's code stays together). */
-static __attribute__((noinline)) devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
-                                                       unsigned* nw, const dv_pev* of, uint32_t* drops, const char* call,
-                                                       dv_counts* counted) {
+/* dv_uses_pin block by block, x checked and deduplicated. */
+static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
+                             uint32_t* drops, const char* call, dv_counts* counted) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   devrt_status st = DEVRT_OK;
@@ -548,7 +560,7 @@ static __attribute__((noinline)) devrt_status pin_each(devrt_runtime* rt, dv_use
       break;
     }
     b->pins++;
-    gather(rt, &b->t, u[k].access, slot, w, nw, &c);
+    gather(rt, &b->t, u[k].access, slot, w, nw, &c, 1);
     if (of) d += drops_of(&b->t, u[k].access, of);
     unlock(b);
     x->b[k] = b;
@@ -568,15 +580,65 @@ static __attribute__((noinline)) devrt_status pin_each(devrt_runtime* rt, dv_use
   return st;
 }
 
-DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
-                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* counted) {
-  *nw = 0;
-  *how = (dv_pinned){NULL, 0};
-  uint32_t d = 0;
-  if (!group_pin(rt, x->u, x->n, slot, w, nw, of, &d, how, counted))
-    return pin_each(rt, x, slot, w, nw, of, drops, call, counted);
-  if (drops) *drops = d;
+devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call) {
+  for (unsigned i = 0; i < n; i++)
+    if (u[i].access < DEVRT_ACCESS_READ || u[i].access > DEVRT_ACCESS_READ_WRITE)
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: use %u: access %d is not READ, WRITE or READ_WRITE", call, i,
+                     (int)u[i].access);
   return DEVRT_OK;
+}
+
+/* A 256-bit filter of block handles: adding one says whether it may have been added before. */
+typedef struct filter { uint64_t w[4]; } filter;
+static bool filter_add(filter* f, devrt_block h) {
+  unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
+  uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
+  f->w[i >> 6] |= bit;
+  return had;
+}
+
+/* x->u copied to x->merged, each block once with both accesses where it is named twice
+ * (read + write -> read-write). */
+static void merge(dv_uses* x) {
+  const devrt_block_use* in = x->u;
+  unsigned n = x->n;
+  filter f = {{0}};
+  x->u = x->merged, x->n = 0;
+  for (unsigned i = 0; i < n; i++) {
+    unsigned j = filter_add(&f, in[i].block) ? 0 : x->n;
+    while (j < x->n && x->merged[j].block != in[i].block) j++;
+    if (j == x->n) x->merged[x->n++] = in[i];
+    else x->merged[j].access |= in[i].access;
+  }
+}
+
+/* Whether x->u names a block twice (the filter spares the search for most entries). */
+static bool named_twice(const dv_uses* x) {
+  filter f = {{0}};
+  for (unsigned i = 0; i < x->n; i++)
+    if (filter_add(&f, x->u[i].block))
+      for (unsigned j = 0; j < i; j++)
+        if (x->u[j].block == x->u[i].block) return true;
+  return false;
+}
+
+/* dv_uses_pin past its group path: the uses checked, then deduplicated (whose list may then be a
+ * group's), then pinned block by block. Out of line, so a grouped launch's code stays together. */
+static __attribute__((noinline)) devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
+                                                          unsigned* nw, const dv_pev* of, uint32_t* drops,
+                                                          const char* call, dv_pinned* how, dv_counts* c) {
+  DV_CHECK(dv_uses_check(x->u, x->n, call));
+  if (x->n > 1 && named_twice(x)) {
+    merge(x);
+    if (group_pin(rt, x, slot, w, nw, of, drops, how, c)) return DEVRT_OK;
+  }
+  return pin_each(rt, x, slot, w, nw, of, drops, call, c);
+}
+
+DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
+                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c) {
+  if (group_pin(rt, x, slot, w, nw, of, drops, how, c)) return DEVRT_OK;
+  return pin_checked(rt, x, slot, w, nw, of, drops, call, how, c);
 }
 
 DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
@@ -842,7 +904,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   lock(b);
   unsigned n = 0;
   dv_counts c = {0};
-  gather(rt, &b->t, DEVRT_ACCESS_WRITE, slot, w, &n, &c);
+  gather(rt, &b->t, DEVRT_ACCESS_WRITE, slot, w, &n, &c, 1);
   void* p = b->ptr;
   size_t size = b->size;
   devrt_resource* res = b->res;
@@ -916,7 +978,7 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   dv_blk* b = get_tracked(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
     dv_counts c = {0};
-    gather(rt, &b->t, a, slot, w, &n, &c);
+    gather(rt, &b->t, a, slot, w, &n, &c, 1);
     unlock(b);
     st = dv_waits_issue(rt, s, slot, w, n, NULL, 0, &c);
     dv_counts_flush(rt, slot, &c);
@@ -984,5 +1046,5 @@ devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) 
 
 void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
   dv_counts ignored = {0}; /* semaphore waits are the queue's to count, not use tracking's */
-  want(rt, slot, p, w, n, &ignored);
+  want(rt, slot, p, w, n, &ignored, 1);
 }

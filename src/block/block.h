@@ -116,14 +116,17 @@ typedef struct dv_uses {
   if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 
-/* How dv_uses_pin pinned the blocks: through their group (see block.c), or one by one (g NULL). */
+/* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */
 typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
 
-/* Pins each block (a pinned block cannot be freed), or the group of exactly those blocks, and
- * gathers, per source slot, the newest event stream `slot` must wait for (the skipped ones
- * counted in c); nothing is pinned, held or counted if it fails. waits has room for rt->nslots
- * entries. With `of`, counts in *drops the references to mark `of` that dv_uses_finish will
- * replace (for dv_slot_settle). */
+/* INVALID_ARGUMENT (naming `call`) unless every use's access is READ, WRITE or READ_WRITE. */
+devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call);
+/* Pins each block of x (a pinned block cannot be freed), or the group of exactly those blocks,
+ * and gathers, per source slot, the newest event stream `slot` must wait for (the skipped ones
+ * counted in c); nothing is pinned, held or counted if it fails. x->u is the caller's list as it
+ * is: its accesses are checked here and, where it names a block twice, x->u becomes the merged
+ * copy. waits has room for rt->nslots entries, *nwaits and *how start empty. With `of`, counts
+ * in *drops the references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
 devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* waits, unsigned* nwaits,
                          const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s

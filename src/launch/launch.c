@@ -96,8 +96,8 @@ DV_COLD static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
   return st;
 }
 
-/* Everything about the launch that can be checked before touching a block or a stream. */
-devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
+/* What can be checked of a launch before touching a block or a stream, but its uses' accesses. */
+static DV_INLINE devrt_status head_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch", "give exactly one of kernel %p and enqueue", (void*)d->kernel);
   if (d->kernel) {
     devrt_kernel* k = d->kernel;
@@ -109,45 +109,12 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   }
   DV_ARG_CHECK(d->nuses <= DEVRT_LAUNCH_MAX_USES && (d->uses || !d->nuses), "devrt_launch",
                "%u uses (at most %u) at %p", d->nuses, DEVRT_LAUNCH_MAX_USES, (const void*)d->uses);
-  for (unsigned i = 0; i < d->nuses; i++)
-    DV_ARG_CHECK(d->uses[i].access >= DEVRT_ACCESS_READ && d->uses[i].access <= DEVRT_ACCESS_READ_WRITE, "devrt_launch",
-                 "use %u: access %d is not READ, WRITE or READ_WRITE", i, (int)d->uses[i].access);
   return DEVRT_OK;
 }
 
-/* A 256-bit filter of block handles: adding one says whether it may have been added before. */
-typedef struct filter { uint64_t w[4]; } filter;
-DV_HOT static bool filter_add(filter* f, devrt_block h) {
-  unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
-  uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
-  f->w[i >> 6] |= bit;
-  return had;
-}
-
-/* A copy of d's uses in x->merged, each block once with both accesses where it is named twice
- * (read + write -> read-write). Out of line: most launches name each block once. */
-static __attribute__((noinline)) void merge_uses(const devrt_launch_desc* d, dv_uses* x) {
-  const devrt_block_use* in = d->uses;
-  filter f = {{0}};
-  x->u = x->merged, x->n = 0;
-  for (unsigned i = 0; i < d->nuses; i++) {
-    unsigned j = filter_add(&f, in[i].block) ? 0 : x->n;
-    while (j < x->n && x->merged[j].block != in[i].block) j++;
-    if (j == x->n) x->merged[x->n++] = in[i];
-    else x->merged[j].access |= in[i].access;
-  }
-}
-
-/* d's uses, each block once: the caller's list itself when it names each block once (the filter
- * spares the search for most entries), else merge_uses' copy. */
-DV_HOT static void uses_of(const devrt_launch_desc* d, dv_uses* x) {
-  const devrt_block_use* in = d->uses;
-  x->u = in, x->n = d->nuses;
-  filter f = {{0}};
-  for (unsigned i = 0; i < d->nuses; i++)
-    if (DV_UNLIKELY(filter_add(&f, in[i].block)))
-      for (unsigned j = 0; j < i; j++)
-        if (in[j].block == in[i].block) return merge_uses(d, x);
+devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
+  DV_CHECK(head_check(rt, d));
+  return dv_uses_check(d->uses, d->nuses, "devrt_launch");
 }
 
 DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
@@ -185,7 +152,7 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
 DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_uses x;
-  uses_of(d, &x);
+  x.u = d->uses, x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */
   devrt_status st;
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
@@ -198,7 +165,7 @@ DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* 
   WAIT_BUF(rt, w);
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
-  dv_pinned how;
+  dv_pinned how = {NULL, 0};
   dv_counts c = {0};
   st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
   if (DV_UNLIKELY(st != DEVRT_OK)) {
@@ -233,7 +200,7 @@ done:;
 DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_RT_CHECK(rt, "devrt_launch");
   if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
-  devrt_status st = dv_launch_check(rt, d);
+  devrt_status st = head_check(rt, d);
   if (st != DEVRT_OK) return refuse(rt, st);
   dv_stream* s = NULL;
   if (d->stream) {

@@ -599,6 +599,17 @@ static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_st
   CHECK(bstats(rt).launches_grouped - st0.launches_grouped >= 3);
   CHECK(b_word(rt, b, out[1]) == 9);
   for (uint32_t r = 0; r < 3; r++) CHECK(b_word(rt, b, out[2 + r]) == 12 + r);
+  /* The group's blocks as a list naming one twice, or with an access that is none, are no match
+   * for it: the first is merged and pinned block by block, the others refused. */
+  devrt_access W = DEVRT_ACCESS_WRITE;
+  devrt_block_use twice[] = {{x[0], W}, {x[0], W}, {x[1], W}}, none[] = {{x[0], 0}, {x[1], 0}, {x[2], 0}},
+                  one_bad[] = {{x[0], W}, {x[1], (devrt_access)5}, {x[2], W}};
+  st0 = bstats(rt);
+  CHECK_OK(probe_launch(rt, k, a, bptr(rt, x[0]), twice, 3));
+  BAD(probe_launch(rt, k, a, bptr(rt, x[0]), none, 3), "access 0");
+  BAD(probe_launch(rt, k, a, bptr(rt, x[0]), one_bad, 3), "access 5");
+  st1 = bstats(rt);
+  CHECK(st1.launches_grouped == st0.launches_grouped && st1.refused_launches - st0.refused_launches == 2);
   for (int i = 0; i < GN - 1; i++) CHECK_OK(devrt_block_free(rt, x[i]));
   for (int r = 0; r < 6; r++) CHECK_OK(devrt_block_free(rt, out[r]));
   CHECK_OK(devrt_block_free(rt, o2));
