@@ -328,7 +328,7 @@ DV_HOT static bool grow(dv_track* t, unsigned need) {
 /* Room for one more reader in a full list: the entries known complete go, else the list grows,
  * else (out of host memory) the oldest entry is waited for on the host, and, complete, goes.
  * False only if that wait fails (the device is lost). */
-static bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
+static __attribute__((noinline)) bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders;)
     if (dv_pev_done(rt, t->readers[k].ev)) {
       drop(rt, r, t->readers[k].ev);
@@ -391,7 +391,7 @@ static void group_give(struct dv_blocks* bt, dv_group* g) {
 }
 
 /* Gives every member of g the group's state (and its pins) back; g goes back to the pool. */
-static void dissolve(devrt_runtime* rt, dv_group* g) {
+static __attribute__((noinline)) void dissolve(devrt_runtime* rt, dv_group* g) {
   glock(g);
   if (!g->live) {
     gunlock(g);
@@ -452,7 +452,7 @@ static bool same_track(const dv_track* a, const dv_track* b) {
 /* After a launch through the usual path that used the same set of blocks as each one's previous
  * use, with one access: their states (the same on each, unless another thread came between)
  * move into one group. Blocks another launch has pinned are left alone. */
-static void group_form(devrt_runtime* rt, const dv_uses* x) {
+static __attribute__((noinline)) void group_form(devrt_runtime* rt, const dv_uses* x) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   for (unsigned k = 1; k < n; k++)
@@ -624,7 +624,7 @@ static bool named_twice(const dv_uses* x) {
 
 /* dv_uses_pin past its group path: the uses checked, then deduplicated (whose list may then be a
  * group's), then pinned block by block. Out of line, so a grouped launch's code stays together. */
-static __attribute__((noinline)) devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
+static __attribute__((noinline, flatten)) devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
                                                           unsigned* nw, const dv_pev* of, uint32_t* drops,
                                                           const char* call, dv_pinned* how, dv_counts* c) {
   DV_CHECK(dv_uses_check(x->u, x->n, call));
@@ -658,7 +658,7 @@ DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
 }
 
 /* dv_uses_finish block by block (out of line, so a grouped launch's code stays together). */
-static __attribute__((noinline)) uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
+static __attribute__((noinline, flatten)) uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
                                                       bool donate, const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
@@ -684,7 +684,7 @@ static __attribute__((noinline)) uint32_t finish_each(devrt_runtime* rt, dv_uses
   }
   uint32_t gain = r->gain;
   refs_apply(rt, r);
-  if (again && ev && how && !g) group_form(rt, x);
+  if (again && n > 1 && ev && how && !g) group_form(rt, x);
   return gain;
 }
 
