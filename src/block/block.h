@@ -27,8 +27,8 @@ enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
  * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
  * add per counter; v adds them as one vector. */
 typedef union dv_counts {
-  struct { uint32_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
-  uint32_t v[8];
+  struct { uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
+  uint64_t v[8];
 } dv_counts;
 
 /* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
@@ -46,10 +46,7 @@ typedef struct dv_evslot {
   _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
   struct dv_repeat* rep;      /* the last launch's uses, for the repeat path */
   uint64_t deferred;          /* under mu */
-  union { /* under mu: dv_counts' totals */
-    struct { uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
-    uint64_t v[8];
-  } n;
+  dv_counts n;                /* under mu: the totals */
   _Alignas(DV_LINE) _Atomic(dv_pev*) back; /* events given back without the lock; taken under mu */
   _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
   _Atomic uint64_t created, allocs, frees;
@@ -73,13 +70,13 @@ devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev*
 /* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). A
  * record is counted in *late, for the caller to add to its own slot's counters (the total is
  * what devrt_block_stats reports), or with late NULL on p's slot at once. */
-devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late);
+devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late);
 /* Makes s wait for p (nothing if p is known complete); late as for dv_pev_realize. */
-devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint32_t* late);
+devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* late);
 /* Before devrt enqueues more work on `slot`: records its newest mark if it is lazy and referred
  * to by more than the slot itself and the `drops` references (to mark `of`) that the coming work
  * will replace. Lock-free when there is nothing to record. */
-devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint32_t* late);
+devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint64_t* late);
 /* The slot's newest mark, as a hint (no reference taken: pooled events are never freed). */
 static inline const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
   return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);

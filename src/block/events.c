@@ -63,7 +63,7 @@ DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   return old;
 }
 
-DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint32_t* late) {
+DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late) {
   uint8_t s = atomic_load_explicit(&p->rec, memory_order_acquire);
   while (s != DV_PEV_RECORDED) {
     if (s == DV_PEV_RECORDING) { /* another thread is recording it */
@@ -93,7 +93,7 @@ DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
          atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
 }
 
-DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint32_t* late) {
+DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint64_t* late) {
   dv_evslot* es = &rt->evslots[slot];
   if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
     return DEVRT_OK; /* the common case, lock-free: nothing else needs the newest point */
@@ -130,7 +130,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
 }
 
 DV_HOT void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
-  for (unsigned i = 0; i < 8; i++) es->n.v[i] += c->v[i];
+  _Pragma("GCC unroll 8") for (unsigned i = 0; i < 8; i++) es->n.v[i] += c->v[i];
 }
 
 __attribute__((noinline)) void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {
@@ -156,7 +156,7 @@ DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, 
   return st;
 }
 
-DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint32_t* late) {
+DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* late) {
   DV_CHECK(dv_pev_realize(rt, p, late));
   if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED) return DEVRT_OK; /* complete before it was needed */
   return rt->be->stream_wait(s, p->ev);
