@@ -328,7 +328,7 @@ DV_HOT static bool grow(dv_track* t, unsigned need) {
 /* Room for one more reader in a full list: the entries known complete go, else the list grows,
  * else (out of host memory) the oldest entry is waited for on the host, and, complete, goes.
  * False only if that wait fails (the device is lost). */
-static __attribute__((noinline)) bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
+static DV_NOINLINE bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders;)
     if (dv_pev_done(rt, t->readers[k].ev)) {
       drop(rt, r, t->readers[k].ev);
@@ -391,7 +391,7 @@ static void group_give(struct dv_blocks* bt, dv_group* g) {
 }
 
 /* Gives every member of g the group's state (and its pins) back; g goes back to the pool. */
-static __attribute__((noinline)) void dissolve(devrt_runtime* rt, dv_group* g) {
+static DV_NOINLINE void dissolve(devrt_runtime* rt, dv_group* g) {
   glock(g);
   if (!g->live) {
     gunlock(g);
@@ -452,7 +452,7 @@ static bool same_track(const dv_track* a, const dv_track* b) {
 /* After a launch through the usual path that used the same set of blocks as each one's previous
  * use, with one access: their states (the same on each, unless another thread came between)
  * move into one group. Blocks another launch has pinned are left alone. */
-static __attribute__((noinline)) void group_form(devrt_runtime* rt, const dv_uses* x) {
+static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   for (unsigned k = 1; k < n; k++)
@@ -490,7 +490,7 @@ static __attribute__((noinline)) void group_form(devrt_runtime* rt, const dv_use
 /* True if u's blocks, each a member of g and used with one access, are all g's members: each
  * named once (the caller's list is not deduplicated yet). Out of line: the slot's last group
  * matches in its own order. */
-static __attribute__((noinline)) bool same_set(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n) {
+static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n) {
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = record_of(rt, u[k].block);
     if (!b || atomic_load_explicit(&b->group, memory_order_relaxed) != g || b->gen != u[k].block >> INDEX_BITS ||
@@ -624,9 +624,9 @@ static bool named_twice(const dv_uses* x) {
 
 /* dv_uses_pin past its group path: the uses checked, then deduplicated (whose list may then be a
  * group's), then pinned block by block. Out of line, so a grouped launch's code stays together. */
-static __attribute__((noinline, flatten)) devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
-                                                          unsigned* nw, const dv_pev* of, uint32_t* drops,
-                                                          const char* call, dv_pinned* how, dv_counts* c) {
+static DV_NOINLINE DV_FLATTEN devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
+                                                       unsigned* nw, const dv_pev* of, uint32_t* drops,
+                                                       const char* call, dv_pinned* how, dv_counts* c) {
   DV_CHECK(dv_uses_check(x->u, x->n, call));
   if (x->n > 1 && named_twice(x)) {
     merge(x);
@@ -658,8 +658,8 @@ DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
 }
 
 /* dv_uses_finish block by block (out of line, so a grouped launch's code stays together). */
-static __attribute__((noinline, flatten)) uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
-                                                      bool donate, const dv_pinned* how) {
+static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
+                                                    bool donate, const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   dv_pev* ev = r->ev;
@@ -788,8 +788,7 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
 }
 
 /* Out of line: grouped launches never save, and most saves end at the first checks. */
-__attribute__((noinline)) void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev,
-                                              uint32_t gain) {
+DV_NOINLINE void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain) {
   unsigned n = x->n;
   dv_evslot* es = &rt->evslots[slot];
   uint8_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);

@@ -15,7 +15,7 @@ static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   return cur;
 }
 
-static __attribute__((noinline)) devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev** out) {
+static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev** out) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = aligned_alloc(64, sizeof *p); /* one line: touched by every launch that uses it */
   if (p) memset(p, 0, sizeof *p);
@@ -133,7 +133,7 @@ DV_HOT void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
   _Pragma("GCC unroll 8") for (unsigned i = 0; i < 8; i++) es->n.v[i] += c->v[i];
 }
 
-__attribute__((noinline)) void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {
+DV_NOINLINE void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c) {
   dv_evslot* es = &rt->evslots[slot];
   dv_spin_lock(&es->mu);
   dv_counts_add_locked(es, c);

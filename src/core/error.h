@@ -12,6 +12,10 @@
 #define DV_INLINE __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
 #define DV_COLD __attribute__((cold)) /* failure paths: the compiler moves what leads here out of hot code */
 #define DV_HOT __attribute__((hot)) /* the paths around driver calls (launches, allocations): kept together */
+/* A hot path's entry whose helpers all inline into it (no call or frame per helper, fewer lines
+ * between the driver's calls), and a rare path such an entry must not pull in. */
+#define DV_FLATTEN __attribute__((flatten))
+#define DV_NOINLINE __attribute__((noinline))
 /* A hot path's thread-local word: one %fs-relative access, where the default model for shared
  * libraries reads the thread pointer first (or calls __tls_get_addr). Small: a library loaded
  * with dlopen takes it from the static TLS surplus. */
@@ -20,6 +24,8 @@
 #define DV_TLS _Thread_local
 #define DV_COLD
 #define DV_HOT
+#define DV_FLATTEN
+#define DV_NOINLINE
 #define DV_INLINE inline
 #define DV_PRINTF(a, b)
 #define DV_LIKELY(x) (x)

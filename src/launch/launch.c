@@ -149,7 +149,8 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
   }
 }
 
-__attribute__((flatten)) DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** out) {
+DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
+                                                dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_uses x;
   x.u = d->uses, x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */

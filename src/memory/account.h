@@ -68,16 +68,19 @@ static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
   return ((uint64_t)size + g - 1) & ~(g - 1);
 }
 
-static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
-  unsigned s = dv_shard();
+/* Adds n bytes to a figure (on this thread's shard s: dv_shard(), read once by a hot path). */
+static inline void dv_account_add_at(dv_mem_account* a, unsigned s, int fig, uint64_t n) {
   dv_cell_add(&a->sh[s].f[fig], n, s);
 }
+static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) { dv_account_add_at(a, dv_shard(), fig, n); }
 static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) { dv_account_add(a, fig, 0 - n); }
-/* Moves n bytes from one figure to another on this thread's shard, adding first. */
-static inline void dv_account_move(dv_mem_account* a, int from, int to, uint64_t n) {
-  unsigned s = dv_shard();
+/* Moves n bytes from one figure to another on this thread's shard s, adding first. */
+static inline void dv_account_move_at(dv_mem_account* a, unsigned s, int from, int to, uint64_t n) {
   dv_cell_add(&a->sh[s].f[to], n, s);
   dv_cell_add(&a->sh[s].f[from], 0 - n, s);
+}
+static inline void dv_account_move(dv_mem_account* a, int from, int to, uint64_t n) {
+  dv_account_move_at(a, dv_shard(), from, to, n);
 }
 /* A figure: the sum of its shards (0 if a racing move makes it read below zero). */
 uint64_t dv_account_sum(const dv_mem_account* a, int fig);
@@ -129,13 +132,26 @@ static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q
   q->granularity = a->granularity;
 }
 
-/* A devrt layer calling its upstream: the arguments were checked where the stack was entered
- * (devrt_resource_allocate / _deallocate), and a layer holds its upstream. */
-static inline devrt_status dv_up_allocate(devrt_resource* self, size_t size, devrt_stream s, const char* tag, void** out) {
-  return self->upstream->vtable->allocate(self->upstream, size, s, tag, out);
+/* devrt's layers' allocate and deallocate, named so that the layer above can call them directly. */
+typedef devrt_status dv_allocate_fn(devrt_resource* self, size_t size, devrt_stream s, const char* tag, void** out);
+typedef devrt_status dv_deallocate_fn(devrt_resource* self, void* p, size_t size, devrt_stream s);
+dv_allocate_fn dv_budget_allocate, dv_stats_allocate, dv_caching_allocate, dv_async_allocate;
+dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_caching_deallocate, dv_async_deallocate;
+
+/* A devrt layer calling r, its upstream (the arguments were checked where the stack was entered,
+ * and a layer holds its upstream). Where r is layer `a`, the one devrt's own stacks put there,
+ * the call is direct, so that under LTO a stack's path inlines into one function (its entry's,
+ * flattened): no call or frame per layer, and fewer lines between the driver's calls. Any other
+ * resource is called through its vtable. */
+static DV_INLINE devrt_status dv_call_allocate(devrt_resource* r, dv_allocate_fn* a, size_t size, devrt_stream s,
+                                               const char* tag, void** out) {
+  dv_allocate_fn* f = r->vtable->allocate;
+  return f == a ? a(r, size, s, tag, out) : f(r, size, s, tag, out);
 }
-static inline devrt_status dv_up_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream s) {
-  return self->upstream->vtable->deallocate(self->upstream, p, size, s);
+static DV_INLINE devrt_status dv_call_deallocate(devrt_resource* r, dv_deallocate_fn* a, void* p, size_t size,
+                                                 devrt_stream s) {
+  dv_deallocate_fn* f = r->vtable->deallocate;
+  return f == a ? a(r, p, size, s) : f(r, p, size, s);
 }
 
 #define DV_RES_CHECK(r, call)                                                                      \

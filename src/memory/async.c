@@ -72,24 +72,27 @@ void dv_live_destroy(dv_live_table* t) {
   free(t);
 }
 
+/* Doubles sh's capacity (sh locked); false when there is no host memory (out of line: rare). */
+static DV_NOINLINE bool grow(shard* sh) {
+  shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
+  if (!(grown.e = dv_zalloc_lines(grown.cap * sizeof *grown.e))) return false;
+  for (size_t i = 0; i < sh->cap; i++)
+    if (sh->e[i].p) put(&grown, &sh->e[i]);
+  free(sh->e);
+  sh->e = grown.e;
+  sh->cap = grown.cap;
+  return true;
+}
+
 /* DEVICE_ALLOC_FAILED (message naming `who`) when the table cannot grow. */
 static DV_INLINE devrt_status insert(dv_live_table* t, const char* who, void* p, size_t size, const dv_live_entry* v) {
   shard* sh = shard_of(t, p);
   entry x = {p, size, *v};
   dv_spin_lock(&sh->mu);
-  if ((sh->n + 1) * 4 > sh->cap * 3) { /* keep the load under 3/4 */
-    shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
-    grown.e = dv_zalloc_lines(grown.cap * sizeof *grown.e);
-    if (!grown.e) {
-      dv_spin_unlock(&sh->mu);
-      return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries",
-                     who, grown.cap);
-    }
-    for (size_t i = 0; i < sh->cap; i++)
-      if (sh->e[i].p) put(&grown, &sh->e[i]);
-    free(sh->e);
-    sh->e = grown.e;
-    sh->cap = grown.cap;
+  if ((sh->n + 1) * 4 > sh->cap * 3 && !grow(sh)) { /* keep the load under 3/4 */
+    dv_spin_unlock(&sh->mu);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries", who,
+                   sh->cap ? sh->cap * 2 : 64);
   }
   put(sh, &x);
   dv_spin_unlock(&sh->mu);
@@ -103,8 +106,9 @@ DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t 
 
 DV_INLINE devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
                            const char* tag) {
-  DV_CHECK(insert(t, who, p, size, &(dv_live_entry){rounded, tag, dv_shard()}));
-  dv_account_add(a, DV_LIVE, rounded);
+  unsigned s = dv_shard();
+  DV_CHECK(insert(t, who, p, size, &(dv_live_entry){rounded, tag, s}));
+  dv_account_add_at(a, s, DV_LIVE, rounded);
   return DEVRT_OK;
 }
 
@@ -280,7 +284,8 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   return first;
 }
 
-DV_HOT static devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
+                                      void** out) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -299,7 +304,7 @@ DV_HOT static devrt_status async_allocate(devrt_resource* self, size_t size, dev
   return DEVRT_OK;
 }
 
-DV_HOT static devrt_status async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -313,8 +318,8 @@ DV_HOT static devrt_status async_deallocate(devrt_resource* self, void* p, size_
   }
   uint64_t rounded = e.rounded;
   dv_last_freed = (dv_freed){e.tag, e.shard};
-  dv_account_move(self->account, DV_LIVE, DV_PENDING, rounded);
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
+  dv_account_move_at(self->account, k, DV_LIVE, DV_PENDING, rounded);
   aslot* sl = &a->slots[i];
   if (atomic_load_explicit(&sl->s, memory_order_relaxed) != s) atomic_store_explicit(&sl->s, s, memory_order_relaxed);
   dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded, k); /* a release: after the pool_free */
@@ -398,8 +403,8 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
 }
 
 static const devrt_resource_vtable async_vtable = {
-    .allocate = async_allocate,
-    .deallocate = async_deallocate,
+    .allocate = dv_async_allocate,
+    .deallocate = dv_async_deallocate,
     .query = async_query,
     .reap = async_reap,
     .trim = async_trim,

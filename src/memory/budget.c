@@ -31,6 +31,10 @@ static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memor
  * holds nothing new, so it passes without touching a shared word; the budget sees a refusal only
  * as the leaf's OVER_BUDGET. Any other budget (a sub-budget, a second budget over the same stack,
  * one over a stack with no account) reserves on its own live word before calling upstream. */
+/* Upstream: statistics in devrt's stacks, called directly (account.h). */
+#define UP_ALLOCATE(r, ...) dv_call_allocate((r)->upstream, dv_stats_allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(r, ...) dv_call_deallocate((r)->upstream, dv_stats_deallocate, __VA_ARGS__)
+
 static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
   do {
@@ -41,7 +45,7 @@ static bool admit(budget* b, uint64_t n) {
 
 static uint64_t live_of(budget* b) { return b->owns ? dv_account_sum(b->r.account, DV_LIVE) : load(&b->live); }
 
-static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
+static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
   dv_mem_account* a = b->r.account;
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
                  "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
@@ -52,7 +56,7 @@ static devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
 
 /* The pressure ladder: step 0 a non-blocking reap, 1 a trim and reap, 2 (if configured) a
  * blocking reap; false when there is no further step. */
-static bool relieve(budget* b, int step, devrt_status* st) {
+static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
   devrt_resource* up = b->r.upstream;
   if (b->parent || step > 2 || (step == 2 && !b->wait_for_pending)) return false;
   if (step == 1) *st = devrt_resource_trim(up, NULL);
@@ -71,7 +75,7 @@ DV_HOT static devrt_status try_allocate(budget* b, size_t size, devrt_stream str
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
     bool refused_here = !b->owns && !admit(b, n);
     if (!refused_here) {
-      s = dv_up_allocate(&b->r, size, stream, tag, out);
+      s = UP_ALLOCATE(&b->r, size, stream, tag, out);
       if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
@@ -81,7 +85,8 @@ DV_HOT static devrt_status try_allocate(budget* b, size_t size, devrt_stream str
   }
 }
 
-DV_HOT static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag,
+                                       void** out) {
   budget* b = (budget*)r;
   for (int attempt = 0;; attempt++) {
     devrt_status s = try_allocate(b, size, stream, tag, out);
@@ -93,9 +98,9 @@ DV_HOT static devrt_status budget_allocate(devrt_resource* r, size_t size, devrt
   }
 }
 
-DV_HOT static devrt_status budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   budget* b = (budget*)r;
-  DV_CHECK(dv_up_deallocate(r, ptr, size, stream)); /* a refused free changes nothing */
+  DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
   if (!b->owns) atomic_fetch_sub(&b->live, charge(b, size));
   return DEVRT_OK;
 }
@@ -120,7 +125,8 @@ static void budget_destroy(devrt_resource* r) {
 }
 
 static const devrt_resource_vtable budget_vtable = {
-    .allocate = budget_allocate, .deallocate = budget_deallocate, .query = budget_query, .destroy = budget_destroy};
+    .allocate = dv_budget_allocate, .deallocate = dv_budget_deallocate, .query = budget_query,
+    .destroy = budget_destroy};
 
 static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* parent, const devrt_budget_options* o,
                            devrt_resource** out) {

@@ -7,6 +7,10 @@
 #include "../core/runtime.h"
 #include "account.h"
 
+/* Upstream: async in devrt's stacks, called directly (account.h). */
+#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_async_allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_async_deallocate, __VA_ARGS__)
+
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
 enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards: 16 threads rarely meet */
 #define MAX_CLASS ((size_t)64 << 20)
@@ -223,7 +227,8 @@ static bool can_move(cache* c, slot* t, blk* b, dv_stream* bs, slot* counter) {
 
 /* ---- the vtable ---- */
 
-static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+DV_HOT devrt_status dv_caching_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
+                                        void** out) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching allocate"));
@@ -263,7 +268,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   void* p = NULL;
   uint64_t rsize = dv_round(self->account, (size_t)cls);
   if (!own_admit(c, rsize)) return dv_account_refuse(&c->own, "caching allocate", size, rsize, tag);
-  devrt_status st = dv_up_allocate(self, (size_t)cls, stream, tag, &p);
+  devrt_status st = UP_ALLOCATE(self, (size_t)cls, stream, tag, &p);
   if (st != DEVRT_OK) {
     own_rollback(c, rsize);
     return st;
@@ -278,7 +283,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   }
   if (st != DEVRT_OK) {
     free(b);
-    if (dv_up_deallocate(self, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
+    if (UP_DEALLOCATE(self, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
     return st;
   }
   if (self->account == &c->own) dv_account_add(&c->own, DV_LIVE, rsize);
@@ -286,7 +291,7 @@ static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_st
   return DEVRT_OK;
 }
 
-static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_caching_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
@@ -334,7 +339,7 @@ static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t s
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     hash_remove(c, b);
   }
-  st = dv_up_deallocate(self, ptr, (size_t)b->cls, stream);
+  st = UP_DEALLOCATE(self, ptr, (size_t)b->cls, stream);
   if (st != DEVRT_OK) { /* upstream kept it: still live here */
     atomic_store_explicit(&b->state, LIVE, memory_order_relaxed);
     if (hash_insert(c, b) != DEVRT_OK) free(b);
@@ -391,7 +396,7 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
        * bytes leave `cached` only after the leaf's free has added them to `pending`. */
       dv_account_add(self->account, DV_LIVE, b->rsize);
       hash_remove(c, b);
-      st = dv_up_deallocate(self, b->ptr, (size_t)b->cls, tid);
+      st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
       if (st == DEVRT_OK) {
         dv_account_sub(self->account, DV_CACHED, b->rsize);
         own_release(c, b->rsize);
@@ -462,8 +467,8 @@ static void caching_destroy(devrt_resource* self) {
 }
 
 static const devrt_resource_vtable caching_vtable = {
-    .allocate = caching_allocate,
-    .deallocate = caching_deallocate,
+    .allocate = dv_caching_allocate,
+    .deallocate = dv_caching_deallocate,
     .query = caching_query,
     .reap = caching_reap,
     .trim = caching_trim,

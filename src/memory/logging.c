@@ -13,6 +13,10 @@
 #include "../core/runtime.h"
 #include "account.h"
 
+/* Upstream: statistics in devrt's stacks, called directly (account.h). */
+#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_stats_allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_stats_deallocate, __VA_ARGS__)
+
 typedef struct dv_logging {
   devrt_resource base;
   devrt_log_format format;
@@ -131,7 +135,7 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
 }
 
 static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
-  devrt_status s = dv_up_allocate(self, size, stream, tag, out);
+  devrt_status s = UP_ALLOCATE(self, size, stream, tag, out);
   lg_log((dv_logging*)self, lg_now(), s == DEVRT_OK ? "allocate" : "allocate failure", s == DEVRT_OK ? *out : NULL,
          size, stream, tag, s);
   return s;
@@ -141,7 +145,7 @@ static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream 
  * the free's Time is always earlier than that allocate's Time (rows are written as calls finish). */
 static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   uint64_t t = lg_now();
-  devrt_status s = dv_up_deallocate(self, ptr, size, stream);
+  devrt_status s = UP_DEALLOCATE(self, ptr, size, stream);
   lg_log((dv_logging*)self, t, "free", ptr, size, stream, NULL, s);
   return s;
 }

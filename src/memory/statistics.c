@@ -52,7 +52,7 @@ typedef struct st_shard {
 typedef struct dv_stats { /* what every call reads first: the head, shards, ntags, all, the first tags */
   devrt_resource base;
   st_shard* shards;        /* the pointer map [ST_SHARDS]; NULL over a recording layer, whose records
-                              tell a free its tag and shard (st_deallocate) */
+                              tell a free its tag and shard (dv_stats_deallocate) */
   _Atomic unsigned ntags;  /* published entries of tags[] */
   st_pair all;
   st_tag tags[ST_TAGS];
@@ -62,6 +62,10 @@ typedef struct dv_stats { /* what every call reads first: the head, shards, ntag
 } dv_stats;
 
 static const devrt_resource_vtable st_vtable;
+/* Upstream: async in devrt's stacks without a cache, called directly (account.h); a caching
+ * layer through its vtable. */
+#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_async_allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_async_deallocate, __VA_ARGS__)
 
 /* ---- counters ---- */
 
@@ -105,7 +109,7 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
  * only after 8 such calls in a row (threads keep passing each other's marks) is the peak raised to
  * the sum of the recent highs, so that threads stop meeting here: an upper bound by at most each
  * thread's recent swing. With one thread at a time the peak is exact. */
-static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
+static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
   for (unsigned i = 0; i < ST_CELLS; i++)
@@ -135,10 +139,9 @@ static void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_unlock(&S->grow_mu);
 }
 
-/* An allocation of `size` appears on this thread's shard (total: a new one, not a refused free
- * being restored); returns the shard. */
-static DV_INLINE unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool total) {
-  unsigned s = dv_shard();
+/* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
+ * being restored). */
+static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
   st_cell* c = &p->cells[s];
   int64_t d[2] = {(int64_t)size, 1};
   bool over = false;
@@ -149,13 +152,11 @@ static DV_INLINE unsigned st_add(dv_stats* S, st_pair* p, uint64_t size, bool to
     over = over || v > ld(&c->mark[k]);
   }
   if (over) st_grow(S, p, s);
-  return s;
 }
 
-/* A free of `size` allocated on `shard`: off that shard's current, as its debt when another
- * thread frees it. */
-static DV_INLINE void st_sub(st_pair* p, unsigned shard, uint64_t size) {
-  unsigned me = dv_shard();
+/* A free of `size` allocated on `shard`, by the thread of shard me: off that shard's current, as
+ * its debt when another thread frees it. */
+static DV_INLINE void st_sub(st_pair* p, unsigned shard, uint64_t size, unsigned me) {
   st_cell* c = &p->cells[shard];
   if (shard == me) {
     bump(&c->cur[0], -(int64_t)size, me), bump(&c->cur[1], -1, me);
@@ -198,7 +199,7 @@ static DV_INLINE st_pair* st_tag_of(dv_stats* S, const char* tag) {
   st_pair* p = st_find(S, tag);
   return p ? p : st_tag_add(S, tag);
 }
-static st_pair* st_tag_add(dv_stats* S, const char* tag) {
+static DV_NOINLINE st_pair* st_tag_add(dv_stats* S, const char* tag) {
   st_pair* p = NULL;
   pthread_mutex_lock(&S->tag_mu);
   if (!(p = st_find(S, tag))) {
@@ -237,7 +238,7 @@ static void st_put(st_shard* sh, st_ent e) {
 }
 
 /* mu held; false when the table cannot grow. */
-static bool st_insert(st_shard* sh, st_ent e) {
+static DV_NOINLINE bool st_insert(st_shard* sh, st_ent e) {
   if ((sh->n + 1) * 2 > sh->cap) {
     size_t cap = sh->cap ? sh->cap * 2 : 64;
     st_ent* ne = dv_zalloc_lines(cap * sizeof *ne);
@@ -255,7 +256,7 @@ static bool st_insert(st_shard* sh, st_ent e) {
 }
 
 /* mu held; removes key's entry into *out (backward-shift deletion, no tombstones). */
-static bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
+static DV_NOINLINE bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
   if (!sh->cap) return false;
   size_t m = sh->cap - 1, i = st_home(sh, key);
   while (sh->e[i].key != key) {
@@ -277,62 +278,71 @@ static bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
 
 /* ---- the layer ---- */
 
-DV_HOT static devrt_status st_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
-  dv_stats* S = (dv_stats*)self;
-  st_pair* t = st_tag_of(S, tag ? tag : "untagged");
-  if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
-  DV_CHECK(dv_up_allocate(self, size, stream, tag, out));
-  if (S->shards) {
-    uintptr_t k = (uintptr_t)*out;
-    st_shard* sh = st_shard_of(S, k);
-    dv_spin_lock(&sh->mu);
-    bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
-    dv_spin_unlock(&sh->mu);
-    if (!ok) {
-      dv_up_deallocate(self, *out, size, stream);
-      *out = NULL;
-      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
-                     tag ? tag : "untagged");
-    }
-  }
-  st_add(S, &S->all, size, true);
-  st_add(S, t, size, true);
-  return DEVRT_OK;
+/* The pointer map's side of allocate and deallocate, over an upstream that is no recording layer
+ * (out of line: devrt's own stacks put one beneath this layer). */
+static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, devrt_stream stream, const char* tag,
+                                        st_pair* t) {
+  uintptr_t k = (uintptr_t)*out;
+  st_shard* sh = st_shard_of(S, k);
+  dv_spin_lock(&sh->mu);
+  bool ok = st_insert(sh, (st_ent){k, size, t, dv_shard()});
+  dv_spin_unlock(&sh->mu);
+  if (ok) return DEVRT_OK;
+  UP_DEALLOCATE(&S->base, *out, size, stream);
+  *out = NULL;
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
+                 tag ? tag : "untagged");
 }
-
-/* Over a recording layer the counters fall once its deallocate accepted the free, by its record
- * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
- * if upstream refuses it). */
-DV_HOT static devrt_status st_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
-  dv_stats* S = (dv_stats*)self;
-  if (!S->shards) {
-    DV_CHECK(dv_up_deallocate(self, ptr, size, stream));
-    dv_freed f = dv_last_freed;
-    st_sub(&S->all, f.shard, size);
-    st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size); /* found: its allocation added it */
-    return DEVRT_OK;
-  }
+static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t size, devrt_stream stream) {
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
   dv_spin_lock(&sh->mu);
   bool known = st_remove(sh, k, &e);
   dv_spin_unlock(&sh->mu);
-  if (!known) return dv_up_deallocate(self, ptr, size, stream); /* upstream refuses it */
-  st_sub(&S->all, e.shard, e.size);
-  st_sub(e.tag, e.shard, e.size);
-  devrt_status s = dv_up_deallocate(self, ptr, size, stream);
+  if (!known) return UP_DEALLOCATE(&S->base, ptr, size, stream); /* upstream refuses it */
+  unsigned me = dv_shard();
+  st_sub(&S->all, e.shard, e.size, me);
+  st_sub(e.tag, e.shard, e.size, me);
+  devrt_status s = UP_DEALLOCATE(&S->base, ptr, size, stream);
   if (s != DEVRT_OK) { /* refused: the allocation is still there */
     dv_spin_lock(&sh->mu);
-    e.shard = dv_shard(); /* restored on this thread's shard */
+    e.shard = me; /* restored on this thread's shard */
     bool back = st_insert(sh, e);
     dv_spin_unlock(&sh->mu);
     if (back) {
-      st_add(S, &S->all, e.size, false);
-      st_add(S, e.tag, e.size, false);
+      st_add(S, &S->all, e.size, false, me);
+      st_add(S, e.tag, e.size, false, me);
     }
   }
   return s;
+}
+
+DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
+                                      void** out) {
+  dv_stats* S = (dv_stats*)self;
+  st_pair* t = st_tag_of(S, tag ? tag : "untagged");
+  if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
+  DV_CHECK(UP_ALLOCATE(self, size, stream, tag, out));
+  if (S->shards) DV_CHECK(map_add(S, out, size, stream, tag, t));
+  unsigned me = dv_shard();
+  st_add(S, &S->all, size, true, me);
+  st_add(S, t, size, true, me);
+  return DEVRT_OK;
+}
+
+/* Over a recording layer the counters fall once its deallocate accepted the free, by its record
+ * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
+ * if upstream refuses it). */
+DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+  dv_stats* S = (dv_stats*)self;
+  if (S->shards) return map_deallocate(S, ptr, size, stream);
+  DV_CHECK(UP_DEALLOCATE(self, ptr, size, stream));
+  dv_freed f = dv_last_freed;
+  unsigned me = dv_shard();
+  st_sub(&S->all, f.shard, size, me);
+  st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size, me); /* found: its allocation added it */
+  return DEVRT_OK;
 }
 
 static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) {
@@ -355,7 +365,8 @@ static void st_destroy(devrt_resource* self) {
   free(S);
 }
 
-static const devrt_resource_vtable st_vtable = {st_allocate, st_deallocate, st_query, NULL, NULL, st_destroy};
+static const devrt_resource_vtable st_vtable = {dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL,
+                                                st_destroy};
 
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
