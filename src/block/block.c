@@ -667,7 +667,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   if (g) /* dissolved meanwhile: the members hold its pins, and their own state */
     for (unsigned k = 0; k < n; k++) x->b[k] = record_of(rt, u[k].block);
   if (ev) refs_give(r, n, donate);
-  uint64_t set = set_of(u, n);
+  uint64_t set = n > 1 ? set_of(u, n) : 0; /* groups have two blocks or more */
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
