@@ -1,6 +1,6 @@
 /* launch.c: modules and kernels (devrt's embedded ones or a user's image), and recorded launches:
- * validate and dedup the uses, pin and gather the waits, issue them, launch (or run the caller's
- * enqueue), mark one point for every block (recorded lazily), reap now and then. */
+ * validate, pin the blocks and gather the waits (block.c checks and dedups the uses), issue them,
+ * launch (or run the caller's enqueue), mark one point for every block (recorded lazily), reap. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
