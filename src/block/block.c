@@ -85,13 +85,12 @@ static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->
 /* ---- table ---- */
 
 devrt_status dv_blocks_init(devrt_runtime* rt) {
-  rt->evslots = aligned_alloc(DV_LINE, sizeof *rt->evslots * rt->nslots);
+  rt->evslots = dv_zalloc_lines(sizeof *rt->evslots * rt->nslots);
   rt->blocks = calloc(1, sizeof *rt->blocks);
   if (!rt->evslots || !rt->blocks) {
     free(rt->evslots), free(rt->blocks);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the block table");
   }
-  memset(rt->evslots, 0, sizeof *rt->evslots * rt->nslots);
   pthread_mutex_init(&rt->blocks->grow_mu, NULL);
   pthread_mutex_init(&rt->blocks->group_mu, NULL);
   for (unsigned i = 0; i < NSHARD; i++) pthread_mutex_init(&rt->blocks->sh[i].mu, NULL);
@@ -375,8 +374,7 @@ static dv_group* group_take(struct dv_blocks* bt) {
   pthread_mutex_lock(&bt->group_mu);
   dv_group* g = bt->groups;
   if (g) bt->groups = g->next;
-  else if ((g = aligned_alloc(DV_LINE, sizeof *g)) != NULL) {
-    memset(g, 0, sizeof *g);
+  else if ((g = dv_zalloc_lines(sizeof *g)) != NULL) {
     g->t.readers = g->t.inl, g->t.capreaders = INLINE_READERS;
     g->all = bt->all_groups, bt->all_groups = g;
   }
@@ -523,7 +521,7 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
                                 const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
-  if (n < 2 || n > GROUP_MAX || u[0].access < DEVRT_ACCESS_READ || u[0].access > DEVRT_ACCESS_READ_WRITE) return false;
+  if (n < 2 || n > GROUP_MAX || !dv_access_ok(u[0].access)) return false;
   dv_evslot* es = &rt->evslots[slot];
   dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
   if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
@@ -582,7 +580,7 @@ static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wa
 
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call) {
   for (unsigned i = 0; i < n; i++)
-    if (u[i].access < DEVRT_ACCESS_READ || u[i].access > DEVRT_ACCESS_READ_WRITE)
+    if (!dv_access_ok(u[i].access))
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: use %u: access %d is not READ, WRITE or READ_WRITE", call, i,
                      (int)u[i].access);
   return DEVRT_OK;
@@ -963,7 +961,7 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_
 
 static devrt_status use_args(devrt_runtime* rt, devrt_stream stream, devrt_access a, dv_stream** s, const char* call) {
   DV_RT_CHECK(rt, call);
-  if (a < DEVRT_ACCESS_READ || a > DEVRT_ACCESS_READ_WRITE)
+  if (!dv_access_ok(a))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: access %d is not READ, WRITE or READ_WRITE", call, (int)a);
   return dv_stream_get(rt, stream, s, call);
 }

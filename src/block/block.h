@@ -95,6 +95,7 @@ uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot);
 void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
+static inline bool dv_access_ok(devrt_access a) { return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE; }
 typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
 /* The blocks one piece of work touches, each named once, and what tracking keeps of them. */
 typedef struct dv_uses {

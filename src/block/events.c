@@ -17,8 +17,7 @@ static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
 
 static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev** out) {
   dv_evslot* es = &rt->evslots[slot];
-  dv_pev* p = aligned_alloc(64, sizeof *p); /* one line: touched by every launch that uses it */
-  if (p) memset(p, 0, sizeof *p);
+  dv_pev* p = dv_zalloc_lines(sizeof *p); /* one line: touched by every launch that uses it */
   if (!p) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "event pool: out of host memory");
   devrt_status st = rt->be->event_create(rt->dev, DEVRT_EVENT_DEFAULT, &p->ev); /* blocking-sync would cost ~1 us per record */
   if (st != DEVRT_OK) {

@@ -165,8 +165,7 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   DV_CHECK(choose_backend(cfg, &be, reason, sizeof reason));
   uint64_t serial = atomic_fetch_add(&next_serial, 1);
   if (serial >= (1u << 20)) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: more than 2^20 runtimes created in this process");
-  devrt_runtime* rt = aligned_alloc(64, sizeof *rt);
-  if (rt) memset(rt, 0, sizeof *rt);
+  devrt_runtime* rt = dv_zalloc_lines(sizeof *rt);
   if (!rt) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory");
   rt->be = be;
   rt->cfg = *cfg;

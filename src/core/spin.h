@@ -8,12 +8,21 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
  * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
 #ifndef DV_LINE
 #define DV_LINE 128
 #endif
+/* Zeroed host memory in whole DV_LINE units, DV_LINE-aligned: records and tables that different
+ * threads write, or that a hot path reads line by line, share no unit with anything else. */
+static inline void* dv_zalloc_lines(size_t size) {
+  size = (size + DV_LINE - 1) / DV_LINE * DV_LINE;
+  void* p = aligned_alloc(DV_LINE, size);
+  return p ? memset(p, 0, size) : NULL;
+}
 
 typedef _Atomic bool dv_spin;
 /* Out of line, so every lock site stays one exchange and a branch. */

@@ -55,9 +55,6 @@ static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
     atomic_fetch_add_explicit(x, n, memory_order_release);
 }
 
-/* Zeroed host memory in whole DV_LINE units: records and tables that different threads write must
- * not share one (resource.c). */
-void* dv_zalloc_lines(size_t size);
 
 /* A zeroed account with no owner (resource.c). */
 dv_mem_account* dv_account_new(void);

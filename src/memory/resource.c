@@ -50,12 +50,6 @@ unsigned dv_shard_assign(void) {
   return span(DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) % (DV_SHARDS - DV_OWNED));
 }
 
-void* dv_zalloc_lines(size_t size) {
-  size = (size + DV_LINE - 1) / DV_LINE * DV_LINE;
-  void* p = aligned_alloc(DV_LINE, size);
-  return p ? memset(p, 0, size) : NULL;
-}
-
 void dv_account_init(dv_mem_account* a) {
   memset(a, 0, sizeof *a);
   atomic_init(&a->limit, UINT64_MAX);
