@@ -1,102 +1,76 @@
 /* async.c: the leaf on the runtime's stream-ordered pool (pool_alloc / pool_free), and the
- * sharded live-allocation table both leaves use (live_table.h). A free stays pending until a
+ * lock-free live-allocation table both leaves use (live_table.h). A free stays pending until a
  * reap observes an event recorded on its stream after it; events are amortised per batch. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "../core/runtime.h"
 #include "account.h"
 #include "live_table.h"
 
-/* ---- the live table: 1024 shards, each a spin lock over an open-addressing (linear probing) array ---- */
+/* ---- the live table: a directory indexed by address, as an allocator's page map: one entry
+ * per possible allocation start (256-byte units of a 48-bit address space), so recording an
+ * allocation is two plain stores and a free is one compare-and-swap; no lock, no probing. Two
+ * levels: a top of 2^18 leaf pointers, and leaves of 2^22 entries (1 GiB of device addresses),
+ * made on first use. Both are reserved host address space whose pages are committed as they are
+ * touched: 4 KiB of host memory per 64 KiB of device addresses that hold an allocation start. ---- */
 
-enum { SHARD_BITS = 10, SHARDS = 1 << SHARD_BITS };
+enum { UNIT_BITS = 8, ADDR_BITS = 48, LEAF_BITS = 22, TOP_BITS = ADDR_BITS - UNIT_BITS - LEAF_BITS, SIZE_BITS = 56 };
 
 typedef struct entry {
-  void* p; /* NULL: empty */
-  size_t size;
-  dv_live_entry v;
+  _Atomic uint64_t word;    /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
+  _Atomic(const char*) tag; /* stored before word (a release) */
 } entry;
 
-typedef struct shard {
-  _Alignas(DV_LINE) dv_spin mu;
-  entry* e;
-  size_t cap, n; /* cap: 0 or a power of two */
-} shard;
+struct dv_live_table { _Atomic(entry*) top[1u << TOP_BITS]; };
 
-struct dv_live_table { shard s[SHARDS]; };
+static const size_t LEAF_SIZE = sizeof(entry) << LEAF_BITS;
 
-static uint64_t hash_ptr(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
-static shard* shard_of(dv_live_table* t, const void* p) { return &t->s[hash_ptr(p) >> (64 - SHARD_BITS)]; }
-static size_t home(const shard* sh, const void* p) { return (size_t)(hash_ptr(p) >> 16) & (sh->cap - 1); }
-
-static DV_INLINE entry* find(shard* sh, const void* p) {
-  if (!sh->cap) return NULL;
-  for (size_t i = home(sh, p);; i = (i + 1) & (sh->cap - 1)) {
-    if (sh->e[i].p == p) return &sh->e[i];
-    if (!sh->e[i].p) return NULL;
-  }
-}
-
-static DV_INLINE void put(shard* sh, const entry* x) {
-  size_t i = home(sh, x->p);
-  while (sh->e[i].p) i = (i + 1) & (sh->cap - 1);
-  sh->e[i] = *x;
-  sh->n++;
-}
-
-/* Removes e by backward shift, so probe chains stay unbroken without tombstones. */
-static DV_INLINE void erase(shard* sh, entry* e) {
-  size_t m = sh->cap - 1, i = (size_t)(e - sh->e), j = i;
-  for (;;) {
-    j = (j + 1) & m;
-    if (!sh->e[j].p) break;
-    size_t k = home(sh, sh->e[j].p);
-    if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue; /* already reachable from its home */
-    sh->e[i] = sh->e[j];
-    i = j;
-  }
-  sh->e[i] = (entry){0};
-  sh->n--;
+static void* reserve(size_t n) {
+  void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
 }
 
 devrt_status dv_live_create(const char* who, dv_live_table** out) {
-  dv_live_table* t = dv_zalloc_lines(sizeof *t);
-  if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory for the live table", who);
+  dv_live_table* t = reserve(sizeof *t);
+  if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host address space for the live table", who);
   *out = t;
   return DEVRT_OK;
 }
 
 void dv_live_destroy(dv_live_table* t) {
   if (!t) return;
-  for (int i = 0; i < SHARDS; i++) free(t->s[i].e);
-  free(t);
-}
-
-/* Doubles sh's capacity (sh locked); false when there is no host memory (out of line: rare). */
-static DV_NOINLINE bool grow(shard* sh) {
-  shard grown = {.cap = sh->cap ? sh->cap * 2 : 64};
-  if (!(grown.e = dv_zalloc_lines(grown.cap * sizeof *grown.e))) return false;
-  for (size_t i = 0; i < sh->cap; i++)
-    if (sh->e[i].p) put(&grown, &sh->e[i]);
-  free(sh->e);
-  sh->e = grown.e;
-  sh->cap = grown.cap;
-  return true;
-}
-
-/* DEVICE_ALLOC_FAILED (message naming `who`) when the table cannot grow. */
-static DV_INLINE devrt_status insert(dv_live_table* t, const char* who, void* p, size_t size, const dv_live_entry* v) {
-  shard* sh = shard_of(t, p);
-  entry x = {p, size, *v};
-  dv_spin_lock(&sh->mu);
-  if ((sh->n + 1) * 4 > sh->cap * 3 && !grow(sh)) { /* keep the load under 3/4 */
-    dv_spin_unlock(&sh->mu);
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory growing the live table to %zu entries", who,
-                   sh->cap ? sh->cap * 2 : 64);
+  for (size_t i = 0; i < 1u << TOP_BITS; i++) {
+    entry* leaf = atomic_load_explicit(&t->top[i], memory_order_relaxed);
+    if (leaf) munmap(leaf, LEAF_SIZE);
   }
-  put(sh, &x);
-  dv_spin_unlock(&sh->mu);
-  return DEVRT_OK;
+  munmap(t, sizeof *t);
+}
+
+/* Publishes a leaf in *top, or returns the one another thread published first (rare: out of line). */
+static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
+  entry *leaf = reserve(LEAF_SIZE), *seen = NULL;
+  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_acq_rel, memory_order_acquire)) {
+    munmap(leaf, LEAF_SIZE);
+    leaf = seen;
+  }
+  return leaf;
+}
+
+/* p's entry; NULL where p is no start the table can hold (not 256-byte aligned, or past 48 bits),
+ * or its leaf does not exist and `make` is false (nothing was ever recorded near p) or fails. */
+static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
+  uintptr_t a = (uintptr_t)p;
+  if (DV_UNLIKELY((a & ((1u << UNIT_BITS) - 1)) || a >> ADDR_BITS)) return NULL;
+  _Atomic(entry*)* top = &t->top[a >> (UNIT_BITS + LEAF_BITS)];
+  entry* leaf = atomic_load_explicit(top, memory_order_acquire);
+  if (DV_UNLIKELY(!leaf) && (!make || !(leaf = leaf_make(top)))) return NULL;
+  return &leaf[(a >> UNIT_BITS) & ((1u << LEAF_BITS) - 1)];
+}
+
+static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
+  atomic_store_explicit(&e->tag, v->tag, memory_order_relaxed);
+  atomic_store_explicit(&e->word, (uint64_t)size << 8 | v->shard, memory_order_release);
 }
 
 DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded) {
@@ -104,35 +78,46 @@ DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t 
   return dv_account_admit(a, *rounded) ? DEVRT_OK : dv_account_refuse(a, who, size, *rounded, tag);
 }
 
+static DV_NOINLINE devrt_status track_refused(const char* who, void* p, size_t size) {
+  return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                 "%s: cannot record %p (%zu bytes): not 256-byte aligned, past 48 address bits, over 2^56 bytes, or "
+                 "no host address space for the live table", who, p, size);
+}
+
 DV_INLINE devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
                            const char* tag) {
+  entry* e = entry_of(t, p, true);
+  if (DV_UNLIKELY(!e || (uint64_t)size >> SIZE_BITS)) return track_refused(who, p, size);
   unsigned s = dv_shard();
-  DV_CHECK(insert(t, who, p, size, &(dv_live_entry){rounded, tag, s}));
+  entry_set(e, size, &(dv_live_entry){tag, s});
   dv_account_add_at(a, s, DV_LIVE, rounded);
   return DEVRT_OK;
 }
 
-DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
-  shard* sh = shard_of(t, p);
-  dv_spin_lock(&sh->mu);
-  entry* e = find(sh, p);
-  size_t recorded = e ? e->size : 0;
-  if (e && e->size == size) {
-    *out = e->v;
-    erase(sh, e);
-  }
-  dv_spin_unlock(&sh->mu);
+static DV_NOINLINE devrt_status take_refused(const char* who, void* p, size_t size, uint64_t recorded) {
   if (!recorded)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s deallocate: %p is not a live allocation of this resource (foreign pointer or double free)", who, p);
-  if (recorded != size)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s deallocate: size %zu does not match the %zu bytes %p was allocated with",
-                   who, size, recorded, p);
-  return DEVRT_OK;
+  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s deallocate: size %zu does not match the %llu bytes %p was allocated with",
+                 who, size, (unsigned long long)recorded, p);
+}
+
+/* A concurrent free of the same pointer sees the entry gone once the compare-and-swap took it. */
+DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
+  entry* e = entry_of(t, p, false);
+  uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
+  while (w && w >> 8 == size) {
+    out->tag = atomic_load_explicit(&e->tag, memory_order_relaxed);
+    if (atomic_compare_exchange_weak_explicit(&e->word, &w, 0, memory_order_acquire, memory_order_acquire)) {
+      out->shard = (unsigned)(w & 0xff);
+      return DEVRT_OK;
+    }
+  }
+  return take_refused(who, p, size, w >> 8);
 }
 
 void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e) {
-  insert(t, "put back", p, size, e); /* the take left room: it cannot grow */
+  entry_set(entry_of(t, p, false), size, e); /* the take found it: its leaf exists */
 }
 
 /* ---- the async resource ---- */
@@ -316,7 +301,7 @@ DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t si
     dv_live_put_back(a->live, p, size, &e);
     return st;
   }
-  uint64_t rounded = e.rounded;
+  uint64_t rounded = dv_round(self->account, size);
   dv_last_freed = (dv_freed){e.tag, e.shard};
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
   dv_account_move_at(self->account, k, DV_LIVE, DV_PENDING, rounded);

@@ -1,8 +1,8 @@
-/* live_table.h (internal): the leaves' table of live allocations, ptr -> {size, rounded, tag},
- * sharded by pointer hash (one spin lock per shard). Implemented in async.c, shared with simple.c.
- * A free takes the entry out before freeing the memory (a concurrent double free then sees it
- * gone, and the pool cannot hand the address out again before that) and puts it back when the
- * backend free failed. */
+/* live_table.h (internal): the leaves' table of live allocations, ptr -> {size, tag, shard}, a
+ * lock-free directory indexed by address. Implemented in async.c, shared with simple.c. A free
+ * takes the entry out (one compare-and-swap) before freeing the memory (a concurrent double free
+ * then sees it gone, and the pool cannot hand the address out again before that) and puts it back
+ * when the backend free failed. The pool's rounding of a size is dv_round's, so it is not kept. */
 #ifndef DEVRT_MEMORY_LIVE_TABLE_H
 #define DEVRT_MEMORY_LIVE_TABLE_H
 
@@ -14,9 +14,9 @@ typedef struct dv_live_table dv_live_table;
 
 devrt_status dv_live_create(const char* who, dv_live_table** out);
 void dv_live_destroy(dv_live_table* t);
-/* What a live allocation records besides its size: the pool's rounding of it, its tag and the
- * allocating thread's shard (account.h; the statistics layer above reads the last two back). */
-typedef struct dv_live_entry { uint64_t rounded; const char* tag; unsigned shard; } dv_live_entry;
+/* What a live allocation records besides its size: its tag and the allocating thread's shard
+ * (account.h; the statistics layer above reads them back). */
+typedef struct dv_live_entry { const char* tag; unsigned shard; } dv_live_entry;
 /* Takes the entry of p, allocated with exactly `size` bytes, out of the table into *out. Else
  * INVALID_ARGUMENT: "<who> deallocate: ..." (unknown pointer, double free or wrong size). */
 devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out);

@@ -44,7 +44,7 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
     dv_live_put_back(r->live, p, size, &e);
     return st;
   }
-  uint64_t rounded = e.rounded;
+  uint64_t rounded = dv_round(self->account, size);
   dv_last_freed = (dv_freed){e.tag, e.shard};
   dv_account_sub(self->account, DV_LIVE, rounded);
   dv_account_release(self->account, rounded);

@@ -1,8 +1,10 @@
 /* test_async.c: the leaf resources. async: measured granularity, alignment, exact live/pending
  * figures through allocate, free and reap, a free staying pending while a kernel on its stream
- * still runs, bad input and injected faults changing nothing, and 8 threads allocating and
- * freeing while 2 reap. simple: synchronous frees, never pending, the same bad-input checks. */
+ * still runs, bad input and injected faults changing nothing, 8 threads allocating and freeing
+ * while 2 reap, and 2 racing to free one pointer. simple: synchronous frees, never pending, the
+ * same bad-input checks. */
 #include <pthread.h>
+#include <sched.h>
 #include "memory/account.h"
 #include "test.h"
 
@@ -19,6 +21,10 @@ static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s
   REQUIRE_OK(devrt_resource_allocate(r, 300, s, "bad", &p));
   devrt_resource_figures f0 = fig(r);
   CHECK_STATUS(devrt_resource_deallocate(r, &local, 300, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "not a live allocation"));
+  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 256, 300, s), DEVRT_ERR_INVALID_ARGUMENT); /* inside it */
+  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 1, 300, s), DEVRT_ERR_INVALID_ARGUMENT);   /* not aligned */
+  CHECK_STATUS(devrt_resource_deallocate(r, (void*)((uintptr_t)1 << 52), 300, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "not a live allocation"));
   CHECK_STATUS(devrt_resource_deallocate(r, p, 301, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "301") && strstr(devrt_last_error(), "300"));
@@ -75,6 +81,39 @@ static void* worker(void* arg) {
     }
   if (devrt_stream_release(g_rt, s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
   return NULL;
+}
+
+/* Two threads free one pointer at once, round after round (they spin, so the frees overlap):
+ * exactly one free is accepted each round. */
+enum { RACE_ROUNDS = 500 };
+static void* _Atomic p_racer;
+static _Atomic int g_round, g_done, g_accepted;
+static void* racer(void* arg) {
+  devrt_stream s = (devrt_stream)(uintptr_t)arg;
+  for (int r = 1; r <= RACE_ROUNDS; r++) {
+    for (unsigned n = 0; atomic_load(&g_round) < r;)
+      if (++n % 1024 == 0) sched_yield(); /* spin first, so the two frees overlap where there are cores */
+    if (devrt_resource_deallocate(g_res, atomic_load(&p_racer), 4096, s) == DEVRT_OK) atomic_fetch_add(&g_accepted, 1);
+    atomic_fetch_add(&g_done, 1);
+  }
+  return NULL;
+}
+static void racing_double_free(devrt_resource* r, devrt_stream s) {
+  g_res = r;
+  devrt_resource_figures f0 = fig(r);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, racer, (void*)(uintptr_t)s);
+  for (int round = 1; round <= RACE_ROUNDS; round++) {
+    void* p = NULL;
+    REQUIRE_OK(devrt_resource_allocate(r, 4096, s, "race", &p));
+    atomic_store(&p_racer, p);
+    atomic_store(&g_round, round);
+    while (atomic_load(&g_done) < 2 * round) sched_yield();
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  devrt_resource_figures f1 = fig(r);
+  CHECK(atomic_load(&g_accepted) == RACE_ROUNDS);
+  CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes - f0.pending_bytes == RACE_ROUNDS * dv_round(r->account, 4096));
 }
 
 static void* reaper(void* arg) {
@@ -154,6 +193,7 @@ int main(void) {
   CHECK(n == (1000 + g - 1) / g * g && fig(r).pending_bytes == 0);
 
   bad_inputs(r, s, s2);
+  racing_double_free(r, s);
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
 
   /* Injected faults change nothing; the retry succeeds. */
