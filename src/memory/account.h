@@ -34,7 +34,7 @@ struct dv_mem_account {
   _Atomic uint64_t limit;     /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
   _Atomic uintptr_t owner;    /* that budget */
   _Atomic uint64_t reaped;    /* total retired by reaps */
-  uint64_t granularity;       /* the pool's real rounding (measured by the leaf): a power of two */
+  uint64_t granularity;       /* the pool's real rounding (measured by the leaf; 256 before): a power of two */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
    * granularity. A caching layer sets it to its size classes. */
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
@@ -61,7 +61,7 @@ dv_mem_account* dv_account_new(void);
 void dv_account_init(dv_mem_account* a);
 
 static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
-  uint64_t g = a && a->granularity ? a->granularity : 256; /* a power of two */
+  uint64_t g = a ? a->granularity : 256; /* a power of two */
   return ((uint64_t)size + g - 1) & ~(g - 1);
 }
 

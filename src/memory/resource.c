@@ -53,6 +53,7 @@ unsigned dv_shard_assign(void) {
 void dv_account_init(dv_mem_account* a) {
   memset(a, 0, sizeof *a);
   atomic_init(&a->limit, UINT64_MAX);
+  a->granularity = 256; /* until its leaf measures the pool's */
 }
 
 dv_mem_account* dv_account_new(void) {

@@ -140,18 +140,14 @@ static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
 }
 
 /* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
- * being restored). */
+ * being restored). Written out for bytes and count: the hot path of every allocation. */
 static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
   st_cell* c = &p->cells[s];
-  int64_t d[2] = {(int64_t)size, 1};
-  bool over = false;
-  for (int k = 0; k < 2; k++) {
-    int64_t v = bump(&c->cur[k], d[k], s) - ld(&c->debt[k]);
-    if (total) bump(&c->total[k], d[k], s);
-    if (v > ld(&c->hi[k])) st(&c->hi[k], v);
-    over = over || v > ld(&c->mark[k]);
-  }
-  if (over) st_grow(S, p, s);
+  int64_t b = bump(&c->cur[0], (int64_t)size, s) - ld(&c->debt[0]), n = bump(&c->cur[1], 1, s) - ld(&c->debt[1]);
+  if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
+  if (b > ld(&c->hi[0])) st(&c->hi[0], b);
+  if (n > ld(&c->hi[1])) st(&c->hi[1], n);
+  if (DV_UNLIKELY(b > ld(&c->mark[0]) || n > ld(&c->mark[1]))) st_grow(S, p, s);
 }
 
 /* A free of `size` allocated on `shard`, by the thread of shard me: off that shard's current, as
@@ -188,6 +184,7 @@ static void st_reset(dv_stats* S, st_pair* p) {
 
 static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
+  if (DV_LIKELY(n) && S->tags[0].name == tag) return &S->tags[0].c; /* the usual case: one tag, the same string */
   for (unsigned i = 0; i < n; i++)
     if (S->tags[i].name == tag || !strcmp(S->tags[i].name, tag)) return &S->tags[i].c;
   return NULL;
