@@ -16,6 +16,7 @@
  * touched: 4 KiB of host memory per 64 KiB of device addresses that hold an allocation start. ---- */
 
 enum { UNIT_BITS = 8, ADDR_BITS = 48, LEAF_BITS = 22, TOP_BITS = ADDR_BITS - UNIT_BITS - LEAF_BITS, SIZE_BITS = 56 };
+_Static_assert(sizeof(uintptr_t) == 8, "the live table indexes 64-bit addresses");
 
 typedef struct entry {
   _Atomic uint64_t word;    /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
