@@ -55,7 +55,6 @@ static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
     atomic_fetch_add_explicit(x, n, memory_order_release);
 }
 
-
 /* A zeroed account with no owner (resource.c). */
 dv_mem_account* dv_account_new(void);
 void dv_account_init(dv_mem_account* a);

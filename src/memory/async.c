@@ -17,6 +17,7 @@
 
 enum { UNIT_BITS = 8, ADDR_BITS = 48, LEAF_BITS = 22, TOP_BITS = ADDR_BITS - UNIT_BITS - LEAF_BITS, SIZE_BITS = 56 };
 _Static_assert(sizeof(uintptr_t) == 8, "the live table indexes 64-bit addresses");
+_Static_assert(DV_SHARDS <= 256, "an entry keeps the allocating thread's shard in its word's low byte");
 
 typedef struct entry {
   _Atomic uint64_t word;    /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
