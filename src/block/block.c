@@ -9,7 +9,7 @@
 #include "block.h"
 #include "../memory/account.h"
 
-enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3, GROUP_MAX = 64 };
+enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3, GROUP_SMALL = 2, GROUP_MAX = 64 };
 #define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
 #define GEN_MASK ((1ull << 40) - 1)
 
@@ -26,19 +26,22 @@ typedef struct dv_track {
 } dv_track;
 
 /* Blocks used again and again as one set with one access (a producer's outputs, then its
- * consumer's inputs) share one record of their tracking state, so such a launch locks and writes
- * one record, not one per block. Any other use of a member dissolves the group first, giving
- * every member the group's state back. Groups are pooled and never freed before the runtime. */
+ * consumer's inputs; one block is a set too) share one record of their tracking state, so such a
+ * launch locks and writes one record, not one per block, on one short path. Any other use of a
+ * member dissolves the group first, giving every member the group's state back. Groups are pooled
+ * in two sizes (up to GROUP_SMALL members, or GROUP_MAX) and never freed before the runtime. */
 typedef struct dv_group {
   _Alignas(DV_LINE) dv_spin lock;
   bool live;
+  bool big;      /* room for GROUP_MAX members, else GROUP_SMALL */
   uint32_t pins; /* launches issuing against it; passed on to the members if it dissolves */
   unsigned n;
   uint64_t gen;  /* bumped when it dissolves: a launch that pinned it then finishes block by block */
   dv_track t;
-  devrt_block h[GROUP_MAX];
   struct dv_group *next, *all; /* pool; every group (for teardown) */
+  devrt_block h[]; /* the members */
 } dv_group;
+_Static_assert(offsetof(dv_group, h) + GROUP_SMALL * sizeof(devrt_block) <= DV_LINE, "a small group takes one DV_LINE unit");
 
 typedef struct dv_blk {
   dv_spin lock;
@@ -48,7 +51,8 @@ typedef struct dv_blk {
   uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
   _Atomic uint64_t ver; /* bumped under the lock by every change of t or group (the repeat path reads it) */
   _Atomic(dv_group*) group; /* set (under both locks): t is empty, the group's record holds the state */
-  uint64_t lastset;         /* the set of blocks its last tracked use declared (a hash) */
+  uint32_t lastset;         /* the set of blocks its last tracked use declared (a hash) */
+  uint32_t lastslot;        /* and that use's slot */
   void* ptr;
   size_t size;
   const char* tag;
@@ -69,7 +73,7 @@ struct dv_blocks {
   pthread_mutex_t grow_mu;
   shard sh[NSHARD];
   pthread_mutex_t group_mu; /* the group pool */
-  dv_group *groups, *all_groups;
+  dv_group *groups[2], *all_groups; /* pools: [big] */
 };
 
 _Static_assert(offsetof(dv_evslot, n) == 64 && offsetof(dv_evslot, back) == DV_LINE,
@@ -370,12 +374,15 @@ DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, un
 
 /* ---- groups ---- */
 
-static dv_group* group_take(struct dv_blocks* bt) {
+/* A pooled group with room for n members (NULL: no host memory). */
+static dv_group* group_take(struct dv_blocks* bt, unsigned n) {
+  bool big = n > GROUP_SMALL;
   pthread_mutex_lock(&bt->group_mu);
-  dv_group* g = bt->groups;
-  if (g) bt->groups = g->next;
-  else if ((g = dv_zalloc_lines(sizeof *g)) != NULL) {
+  dv_group* g = bt->groups[big];
+  if (g) bt->groups[big] = g->next;
+  else if ((g = dv_zalloc_lines(offsetof(dv_group, h) + (big ? GROUP_MAX : GROUP_SMALL) * sizeof *g->h)) != NULL) {
     g->t.readers = g->t.inl, g->t.capreaders = INLINE_READERS;
+    g->big = big;
     g->all = bt->all_groups, bt->all_groups = g;
   }
   pthread_mutex_unlock(&bt->group_mu);
@@ -384,7 +391,7 @@ static dv_group* group_take(struct dv_blocks* bt) {
 
 static void group_give(struct dv_blocks* bt, dv_group* g) {
   pthread_mutex_lock(&bt->group_mu);
-  g->next = bt->groups, bt->groups = g;
+  g->next = bt->groups[g->big], bt->groups[g->big] = g;
   pthread_mutex_unlock(&bt->group_mu);
 }
 
@@ -455,7 +462,7 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
   unsigned n = x->n;
   for (unsigned k = 1; k < n; k++)
     if (u[k].access != u[0].access) return;
-  dv_group* g = n >= 2 && n <= GROUP_MAX ? group_take(rt->blocks) : NULL;
+  dv_group* g = n <= GROUP_MAX ? group_take(rt->blocks, n) : NULL;
   if (!g) return;
   refs r = {0};
   unsigned k = 0;
@@ -505,8 +512,9 @@ static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_blo
 DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
   glock(g);
   if (g->live && g->n == n) {
+    const devrt_block* h = g->h;
     uint64_t diff = 0; /* branch-free: a match compares every member anyway */
-    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
+    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ h[k]) | (uint64_t)(u[k].access ^ u[0].access);
     if (!diff || (any_order && same_set(rt, g, u, n))) return true;
   }
   gunlock(g);
@@ -521,7 +529,7 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
                                 const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
-  if (n < 2 || n > GROUP_MAX || !dv_access_ok(u[0].access)) return false;
+  if (!n || n > GROUP_MAX || !dv_access_ok(u[0].access)) return false;
   dv_evslot* es = &rt->evslots[slot];
   dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
   if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
@@ -649,10 +657,10 @@ DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slo
 }
 
 /* A hash of a set of handles, whatever their order. */
-DV_HOT static uint64_t set_of(const devrt_block_use* u, unsigned n) {
+DV_HOT static uint32_t set_of(const devrt_block_use* u, unsigned n) {
   uint64_t h = 0;
   for (unsigned k = 0; k < n; k++) h += (u[k].block ^ (u[k].block >> 29)) * 0xbf58476d1ce4e5b9ull;
-  return h;
+  return (uint32_t)(h >> 32);
 }
 
 /* dv_uses_finish block by block (out of line, so a grouped launch's code stays together). */
@@ -665,7 +673,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   if (g) /* dissolved meanwhile: the members hold its pins, and their own state */
     for (unsigned k = 0; k < n; k++) x->b[k] = record_of(rt, u[k].block);
   if (ev) refs_give(r, n, donate);
-  uint64_t set = n > 1 ? set_of(u, n) : 0; /* groups have two blocks or more */
+  uint32_t set = set_of(u, n);
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
@@ -674,15 +682,15 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
       record_use(rt, &b->t, u[k].access, slot, r);
       touched(b);
     }
-    again = again && b->lastset == set;
-    b->lastset = set;
+    again = again && b->lastset == set && (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
+    b->lastset = set, b->lastslot = slot;
     b->pins -= how != NULL;
     x->ver[k] = atomic_load_explicit(&b->ver, memory_order_relaxed);
     unlock(b);
   }
   uint32_t gain = r->gain;
   refs_apply(rt, r);
-  if (again && n > 1 && ev && how && !g) group_form(rt, x);
+  if (again && n && ev && how && !g) group_form(rt, x);
   return gain;
 }
 

@@ -610,6 +610,15 @@ static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_st
   BAD(probe_launch(rt, k, a, bptr(rt, x[0]), one_bad, 3), "access 5");
   st1 = bstats(rt);
   CHECK(st1.launches_grouped == st0.launches_grouped && st1.refused_launches - st0.refused_launches == 2);
+  /* One block is a set too: a single-block pair groups once the block's use recurs on another
+   * stream (the first consumer), and every consumer still sees its producer's write. */
+  st0 = bstats(rt);
+  for (uint32_t r = 0; r < 4; r++) {
+    CHECK_OK(g_fill(rt, k, a, x, 1, false, 20 + r, r % 2 ? 0 : 30 * MS));
+    CHECK_OK(g_copy(rt, k, b, x, 1, out[r], 10 * MS));
+  }
+  CHECK(bstats(rt).launches_grouped - st0.launches_grouped == 6); /* all but the first pair */
+  for (uint32_t r = 0; r < 4; r++) CHECK(b_word(rt, b, out[r]) == 20 + r);
   for (int i = 0; i < GN - 1; i++) CHECK_OK(devrt_block_free(rt, x[i]));
   for (int r = 0; r < 6; r++) CHECK_OK(devrt_block_free(rt, out[r]));
   CHECK_OK(devrt_block_free(rt, o2));
