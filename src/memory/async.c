@@ -389,7 +389,7 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   return DEVRT_OK;
 }
 
-static const devrt_resource_vtable async_vtable = {
+const devrt_resource_vtable dv_async_vtable = {
     .allocate = dv_async_allocate,
     .deallocate = dv_async_deallocate,
     .query = async_query,
@@ -397,7 +397,7 @@ static const devrt_resource_vtable async_vtable = {
     .trim = async_trim,
     .destroy = async_destroy,
 };
-bool dv_async_is(const devrt_resource* r) { return r->vtable == &async_vtable; }
+bool dv_async_is(const devrt_resource* r) { return r->vtable == &dv_async_vtable; }
 
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_async_resource_create");
@@ -421,7 +421,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   a->base.rt = rt;
   devrt_status st = dv_live_create("devrt_async_resource_create", &a->live);
   if (st == DEVRT_OK) st = measure_granularity(rt, &acc->granularity);
-  if (st == DEVRT_OK) st = devrt_resource_init(&a->base, &async_vtable, "async", rt, NULL);
+  if (st == DEVRT_OK) st = devrt_resource_init(&a->base, &dv_async_vtable, "async", rt, NULL);
   if (st != DEVRT_OK) {
     async_free(a);
     return st;

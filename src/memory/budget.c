@@ -20,7 +20,6 @@ typedef struct budget {
   _Atomic uint64_t fallbacks;
 } budget;
 
-static const devrt_resource_vtable budget_vtable;
 #define MAX_FALLBACK_RETRIES 16
 
 static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
@@ -32,8 +31,8 @@ static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memor
  * as the leaf's OVER_BUDGET. Any other budget (a sub-budget, a second budget over the same stack,
  * one over a stack with no account) reserves on its own live word before calling upstream. */
 /* Upstream: statistics in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(r, ...) dv_call_allocate((r)->upstream, dv_stats_allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(r, ...) dv_call_deallocate((r)->upstream, dv_stats_deallocate, __VA_ARGS__)
+#define UP_ALLOCATE(r, ...) DV_CALL((r)->upstream, stats, allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(r, ...) DV_CALL((r)->upstream, stats, deallocate, __VA_ARGS__)
 
 static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
@@ -124,7 +123,7 @@ static void budget_destroy(devrt_resource* r) {
   free(r);
 }
 
-static const devrt_resource_vtable budget_vtable = {
+const devrt_resource_vtable dv_budget_vtable = {
     .allocate = dv_budget_allocate, .deallocate = dv_budget_deallocate, .query = budget_query,
     .destroy = budget_destroy};
 
@@ -132,7 +131,7 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
                            devrt_resource** out) {
   budget* b = dv_zalloc_lines(sizeof *b); /* read by every thread: no neighbour on its lines */
   if (!b) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_budget_create: out of host memory");
-  devrt_status s = devrt_resource_init(&b->r, &budget_vtable, parent ? "sub-budget" : "budget", upstream->rt, upstream);
+  devrt_status s = devrt_resource_init(&b->r, &dv_budget_vtable, parent ? "sub-budget" : "budget", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     free(b);
     return s;
@@ -163,14 +162,14 @@ devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_op
 devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes, devrt_resource** out) {
   DV_RES_CHECK(parent, "devrt_budget_create_child");
   DV_ARG_CHECK(out, "devrt_budget_create_child", "out is NULL");
-  DV_ARG_CHECK(parent->vtable == &budget_vtable, "devrt_budget_create_child", "parent %s is not a budget", parent->name);
+  DV_ARG_CHECK(parent->vtable == &dv_budget_vtable, "devrt_budget_create_child", "parent %s is not a budget", parent->name);
   budget* p = (budget*)parent;
   DV_ARG_CHECK(limit_bytes && limit_bytes <= load(&p->limit), "devrt_budget_create_child",
                "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes, load(&p->limit));
   return create(parent, limit_bytes, p, NULL, out);
 }
 
-bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &budget_vtable; }
+bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &dv_budget_vtable; }
 
 uint64_t dv_budget_limit(const devrt_resource* r) { return load(&((budget*)r)->limit); }
 

@@ -8,8 +8,8 @@
 #include "account.h"
 
 /* Upstream: async in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_async_allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_async_deallocate, __VA_ARGS__)
+#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, async, allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
 enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards: 16 threads rarely meet */
@@ -466,7 +466,7 @@ static void caching_destroy(devrt_resource* self) {
   free(c);
 }
 
-static const devrt_resource_vtable caching_vtable = {
+const devrt_resource_vtable dv_caching_vtable = {
     .allocate = dv_caching_allocate,
     .deallocate = dv_caching_deallocate,
     .query = caching_query,
@@ -474,7 +474,7 @@ static const devrt_resource_vtable caching_vtable = {
     .trim = caching_trim,
     .destroy = caching_destroy,
 };
-bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
+bool dv_caching_is(const devrt_resource* r) { return r->vtable == &dv_caching_vtable; }
 
 devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
                                            devrt_resource** out) {
@@ -489,7 +489,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
     free(c), free(sl);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_caching_resource_create: out of host memory");
   }
-  devrt_status st = devrt_resource_init(&c->base, &caching_vtable, "caching", rt, upstream);
+  devrt_status st = devrt_resource_init(&c->base, &dv_caching_vtable, "caching", rt, upstream);
   if (st != DEVRT_OK) {
     free(c), free(sl);
     return st;

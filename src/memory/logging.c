@@ -14,8 +14,8 @@
 #include "account.h"
 
 /* Upstream: statistics in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_stats_allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_stats_deallocate, __VA_ARGS__)
+#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, stats, allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, stats, deallocate, __VA_ARGS__)
 
 typedef struct dv_logging {
   devrt_resource base;

@@ -61,11 +61,10 @@ typedef struct dv_stats { /* what every call reads first: the head, shards, ntag
   pthread_mutex_t grow_mu; /* serialises st_grow */
 } dv_stats;
 
-static const devrt_resource_vtable st_vtable;
 /* Upstream: async in devrt's stacks without a cache, called directly (account.h); a caching
  * layer through its vtable. */
-#define UP_ALLOCATE(self, ...) dv_call_allocate((self)->upstream, dv_async_allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) dv_call_deallocate((self)->upstream, dv_async_deallocate, __VA_ARGS__)
+#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, async, allocate, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
 
 /* ---- counters ---- */
 
@@ -104,11 +103,12 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
  * current stays at or under its mark and the marks sum to at most the peak, the sum of the
  * currents cannot pass the peak, so an allocation only compares its own shard's current with its
  * own mark. One that passes it comes here: the exact sum raises the peak, then every shard gets
- * its recent high (hi, since the last call) as its mark where those fit under the peak. Where they
- * do not, the marks are the currents and this shard gets the headroom, which keeps the peak exact;
- * only after 8 such calls in a row (threads keep passing each other's marks) is the peak raised to
- * the sum of the recent highs, so that threads stop meeting here: an upper bound by at most each
- * thread's recent swing. With one thread at a time the peak is exact. */
+ * its recent high (hi: the most it reached past its mark since the last call) or its current,
+ * whichever is more, as its mark where those fit under the peak. Where they do not, the marks are
+ * the currents and this shard gets the headroom, which keeps the peak exact; only after 8 such
+ * calls in a row (threads keep passing each other's marks) is the peak raised to the sum of the
+ * recent highs, so that threads stop meeting here: an upper bound by at most each thread's recent
+ * swing. With one thread at a time the peak is exact. */
 static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
@@ -139,15 +139,26 @@ static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_unlock(&S->grow_mu);
 }
 
-/* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
- * being restored). Written out for bytes and count: the hot path of every allocation. */
-static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
+/* Shard s passed its mark as its owner counts it (st_add): its recent high follows its exact
+ * current, and if that is past the mark too, the peak is settled (st_grow). */
+static DV_NOINLINE void st_high(dv_stats* S, st_pair* p, unsigned s) {
   st_cell* c = &p->cells[s];
-  int64_t b = bump(&c->cur[0], (int64_t)size, s) - ld(&c->debt[0]), n = bump(&c->cur[1], 1, s) - ld(&c->debt[1]);
-  if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
+  int64_t b = cur_of(c, 0), n = cur_of(c, 1);
   if (b > ld(&c->hi[0])) st(&c->hi[0], b);
   if (n > ld(&c->hi[1])) st(&c->hi[1], n);
-  if (DV_UNLIKELY(b > ld(&c->mark[0]) || n > ld(&c->mark[1]))) st_grow(S, p, s);
+  if (b > ld(&c->mark[0]) || n > ld(&c->mark[1])) st_grow(S, p, s);
+}
+
+/* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
+ * being restored). Written out for bytes and count: the hot path of every allocation. It compares
+ * the bumped cur with the mark: cur is at least the shard's current (frees on other threads may
+ * be owed as debt), so at or under the mark nothing more is needed, and its own line is all it
+ * reads. */
+static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
+  st_cell* c = &p->cells[s];
+  int64_t b = bump(&c->cur[0], (int64_t)size, s), n = bump(&c->cur[1], 1, s);
+  if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
+  if (DV_UNLIKELY(b > ld(&c->mark[0]) || n > ld(&c->mark[1]))) st_high(S, p, s);
 }
 
 /* A free of `size` allocated on `shard`, by the thread of shard me: off that shard's current, as
@@ -362,7 +373,7 @@ static void st_destroy(devrt_resource* self) {
   free(S);
 }
 
-static const devrt_resource_vtable st_vtable = {dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL,
+const devrt_resource_vtable dv_stats_vtable = {dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL,
                                                 st_destroy};
 
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out) {
@@ -379,7 +390,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
-  devrt_status s = devrt_resource_init(&S->base, &st_vtable, "statistics", upstream->rt, upstream);
+  devrt_status s = devrt_resource_init(&S->base, &dv_stats_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
     return s;
@@ -390,7 +401,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
 
 devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memory_stats* out) {
   DV_RES_CHECK(r, "devrt_statistics_get");
-  DV_ARG_CHECK(r->vtable == &st_vtable, "devrt_statistics_get", "resource %p is a %s layer, not statistics", (void*)r, r->name);
+  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_get", "resource %p is a %s layer, not statistics", (void*)r, r->name);
   DV_ARG_CHECK(out, "devrt_statistics_get", "out is NULL (tag %s)", tag ? tag : "(overall)");
   dv_stats* S = (dv_stats*)r;
   st_pair* p = !tag ? &S->all : st_find(S, tag);
@@ -401,7 +412,7 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
 
 devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_statistics_reset_peaks");
-  DV_ARG_CHECK(r->vtable == &st_vtable, "devrt_statistics_reset_peaks", "resource %p is a %s layer, not statistics",
+  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_reset_peaks", "resource %p is a %s layer, not statistics",
                (void*)r, r->name);
   dv_stats* S = (dv_stats*)r;
   st_reset(S, &S->all);
