@@ -143,7 +143,7 @@ dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_caching_deallocat
  * no call or frame per layer, and fewer lines between the driver's calls. Any other resource is
  * called through its vtable. */
 #define DV_CALL(r, L, op, ...) \
-  ((r)->vtable == &dv_##L##_vtable ? dv_##L##_##op((r), __VA_ARGS__) : (r)->vtable->op((r), __VA_ARGS__))
+  (DV_LIKELY((r)->vtable == &dv_##L##_vtable) ? dv_##L##_##op((r), __VA_ARGS__) : (r)->vtable->op((r), __VA_ARGS__))
 
 #define DV_RES_CHECK(r, call)                                                                      \
   do {                                                                                             \

@@ -68,13 +68,17 @@ static uint64_t charge(budget* b, size_t size) {
   return a && a->charge ? a->charge(a, size) : dv_round(a, size);
 }
 
-DV_HOT static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out) {
+#define NOT_TRIED ((devrt_status)-1) /* an owner's first upstream call, not made yet */
+
+/* One pass up the pressure ladder; `first`: the owner's first upstream call, already made. */
+static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out,
+                                 devrt_status first) {
   uint64_t n = b->owns ? 0 : charge(b, size); /* an owner's leaves charge what they take */
-  for (int step = 0;; step++) {
+  for (int step = 0;; step++, first = NOT_TRIED) {
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
     bool refused_here = !b->owns && !admit(b, n);
     if (!refused_here) {
-      s = UP_ALLOCATE(&b->r, size, stream, tag, out);
+      s = first != NOT_TRIED ? first : UP_ALLOCATE(&b->r, size, stream, tag, out);
       if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
@@ -84,11 +88,12 @@ DV_HOT static devrt_status try_allocate(budget* b, size_t size, devrt_stream str
   }
 }
 
-DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag,
-                                       void** out) {
-  budget* b = (budget*)r;
-  for (int attempt = 0;; attempt++) {
-    devrt_status s = try_allocate(b, size, stream, tag, out);
+/* Everything past an owner's first upstream call: a non-owner's reservation, the pressure ladder,
+ * the caller's fallback (out of line: the usual allocation never comes here). */
+static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stream stream, const char* tag, void** out,
+                                              devrt_status first) {
+  for (int attempt = 0;; attempt++, first = NOT_TRIED) {
+    devrt_status s = try_allocate(b, size, stream, tag, out, first);
     if (s == DEVRT_OK) return DEVRT_OK;
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
@@ -97,10 +102,18 @@ DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_str
   }
 }
 
+DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag,
+                                       void** out) {
+  budget* b = (budget*)r;
+  devrt_status first = NOT_TRIED;
+  if (DV_LIKELY(b->owns) && DV_LIKELY((first = UP_ALLOCATE(r, size, stream, tag, out)) == DEVRT_OK)) return DEVRT_OK;
+  return allocate_slow(b, size, stream, tag, out, first);
+}
+
 DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
-  if (!b->owns) atomic_fetch_sub(&b->live, charge(b, size));
+  if (DV_UNLIKELY(!b->owns)) atomic_fetch_sub(&b->live, charge(b, size));
   return DEVRT_OK;
 }
 

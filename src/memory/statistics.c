@@ -193,12 +193,15 @@ static void st_reset(dv_stats* S, st_pair* p) {
 
 /* ---- tags ---- */
 
-static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
-  unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
-  if (DV_LIKELY(n) && S->tags[0].name == tag) return &S->tags[0].c; /* the usual case: one tag, the same string */
+static DV_NOINLINE st_pair* st_search(dv_stats* S, const char* tag, unsigned n) {
   for (unsigned i = 0; i < n; i++)
     if (S->tags[i].name == tag || !strcmp(S->tags[i].name, tag)) return &S->tags[i].c;
   return NULL;
+}
+static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
+  unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
+  if (DV_LIKELY(n) && DV_LIKELY(S->tags[0].name == tag)) return &S->tags[0].c; /* the usual case: one tag, the same string */
+  return st_search(S, tag, n);
 }
 
 static st_pair* st_tag_add(dv_stats* S, const char* tag);
@@ -332,7 +335,7 @@ DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_s
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
   DV_CHECK(UP_ALLOCATE(self, size, stream, tag, out));
-  if (S->shards) DV_CHECK(map_add(S, out, size, stream, tag, t));
+  if (DV_UNLIKELY(S->shards)) DV_CHECK(map_add(S, out, size, stream, tag, t));
   unsigned me = dv_shard();
   st_add(S, &S->all, size, true, me);
   st_add(S, t, size, true, me);
@@ -344,7 +347,7 @@ DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_s
  * if upstream refuses it). */
 DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
-  if (S->shards) return map_deallocate(S, ptr, size, stream);
+  if (DV_UNLIKELY(S->shards)) return map_deallocate(S, ptr, size, stream);
   DV_CHECK(UP_DEALLOCATE(self, ptr, size, stream));
   dv_freed f = dv_last_freed;
   unsigned me = dv_shard();
