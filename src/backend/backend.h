@@ -49,6 +49,18 @@ typedef struct dv_host_kernel_def {
 typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_DEVICE, DV_FAULT_GREEN, DV_FAULT_OPS_ } dv_fault_op;
 
 typedef struct dv_backend {
+  /* The calls between which launches and allocations run, in one line: a launch reads one line
+   * of the table, not three. */
+  _Alignas(64) devrt_status (*launch)(dv_stream* s, dv_kernel* k, const unsigned grid[3], const unsigned block[3],
+                                      unsigned shmem, void** args); /* grid, block: a y or z of 0 means 1 */
+  devrt_status (*event_record)(dv_event* e, dv_stream* s);
+  devrt_status (*stream_wait)(dv_stream* s, dv_event* e);
+  devrt_status (*event_query)(dv_event* e, bool* complete);
+  devrt_status (*pool_alloc)(dv_dev* d, size_t size, dv_stream* s, void** out);
+  devrt_status (*pool_free)(dv_dev* d, void* p, dv_stream* s);
+  devrt_status (*stream_sync)(dv_stream* s);
+  void* (*stream_native)(dv_stream* s);
+
   const char* name;
   devrt_status (*device_count)(int* out);
   devrt_status (*device_open)(const devrt_config* cfg, dv_dev** out);
@@ -58,19 +70,12 @@ typedef struct dv_backend {
   /* green: NULL for the whole device (primary context) */
   devrt_status (*stream_create)(dv_dev* d, dv_green* green, int priority, dv_stream** out);
   void (*stream_destroy)(dv_dev* d, dv_stream* s);
-  devrt_status (*stream_sync)(dv_stream* s);
-  void* (*stream_native)(dv_stream* s);
 
   devrt_status (*event_create)(dv_dev* d, unsigned flags, dv_event** out);
   void (*event_destroy)(dv_dev* d, dv_event* e);
-  devrt_status (*event_record)(dv_event* e, dv_stream* s);
-  devrt_status (*stream_wait)(dv_stream* s, dv_event* e);
-  devrt_status (*event_query)(dv_event* e, bool* complete);
   devrt_status (*event_sync)(dv_event* e);
   devrt_status (*host_func)(dv_stream* s, devrt_host_fn fn, void* user);
 
-  devrt_status (*pool_alloc)(dv_dev* d, size_t size, dv_stream* s, void** out);
-  devrt_status (*pool_free)(dv_dev* d, void* p, dv_stream* s);
   devrt_status (*pool_stats)(dv_dev* d, devrt_pool_stats* out);
   devrt_status (*pool_trim)(dv_dev* d, size_t keep);
   devrt_status (*pool_reset_high)(dv_dev* d);
@@ -83,9 +88,6 @@ typedef struct dv_backend {
   devrt_status (*module_load)(dv_dev* d, const void* image, dv_module** out);
   void (*module_unload)(dv_dev* d, dv_module* m);
   devrt_status (*kernel_get)(dv_module* m, const char* name, dv_kernel** out);
-  /* grid and block as in devrt_launch_desc: a y or z of 0 means 1 */
-  devrt_status (*launch)(dv_stream* s, dv_kernel* k, const unsigned grid[3], const unsigned block[3],
-                         unsigned shmem, void** args);
   /* The byte size of each of k's parameters (at most `max`), so a deferred launch can copy them. */
   devrt_status (*kernel_params)(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n);
 
@@ -104,6 +106,7 @@ typedef struct dv_backend {
 
   void (*fault_arm)(dv_dev* d, dv_fault_op op, unsigned nth); /* nth 0 disarms */
 } dv_backend;
+_Static_assert(offsetof(dv_backend, name) == 64, "the hot calls fill the table's first line");
 
 extern const dv_backend dv_host_backend;
 #ifdef DEVRT_HAVE_CUDA
