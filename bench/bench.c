@@ -36,7 +36,8 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
   if (o->json)
     printf("{\"suite\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"unit\":\"ns/op\",\"results\":[", suite, backend, device);
   else
-    printf("devrt bench %s on %s (%s backend); ns per op: median [p10, p90] over rounds\n%-24s %28s %28s %7s %9s\n",
+    printf("devrt bench %s on %s (%s backend); ns per op: median [p10, p90] over rounds; ratio and overhead: of\n"
+           "each round against the raw round beside it, median [p10, p90]\n%-24s %28s %28s %22s %9s\n",
            suite, device, backend, "op", "devrt", "raw", "ratio", "overhead");
 }
 
@@ -61,8 +62,8 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
 
 int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                      int (*sync)(void*), int iters, int raw_iters, int rounds) {
-  double* d = malloc(sizeof(double) * (size_t)rounds * 2);
-  double* r = d + rounds;
+  double* d = malloc(sizeof(double) * (size_t)rounds * 4);
+  double *r = d + rounds, *q = r + rounds, *o = q + rounds; /* per round: devrt, raw, ratio, overhead */
   double warm;
   int rc = timed_round(ctx, devrt_fn, sync, iters, &warm) || timed_round(ctx, raw_fn, sync, raw_iters, &warm);
   for (int i = 0; !rc && i < rounds; i++) /* interleave so drift hits both sides alike */
@@ -72,16 +73,19 @@ int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt
     free(d);
     return -1;
   }
-  bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds);
+  for (int i = 0; i < rounds; i++) q[i] = d[i] / r[i], o[i] = d[i] - r[i];
+  bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds), sq = bench_stat_of(q, rounds),
+             so = bench_stat_of(o, rounds);
   b->devrt = sd, b->raw = sr;
-  double ratio = sd.median / sr.median, over = sd.median - sr.median;
   if (b->opts->json)
     printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
-           "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"overhead_ns\":%.1f}",
-           b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90, ratio, over);
+           "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"ratio_p10\":%.3f,\"ratio_p90\":%.3f,"
+           "\"overhead_ns\":%.1f}",
+           b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
+           sq.median, sq.p10, sq.p90, so.median);
   else
-    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f %+8.1f\n", op, sd.median, sd.p10, sd.p90,
-           sr.median, sr.p10, sr.p90, ratio, over);
+    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %+8.1f\n", op, sd.median, sd.p10,
+           sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, so.median);
   b->rows++;
   free(d);
   return 0;
