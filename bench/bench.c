@@ -1,6 +1,7 @@
 /* bench.c: timing, statistics and text/JSON reporting shared by the benchmark suites. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,9 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
 }
 
 static uint64_t excluded; /* untimed setup inside the current body (bench_exclude) */
+/* A row whose raw rounds spread wider than this (p90 / p10) was timed on a host that changed
+ * speed during it (the raw call itself doubling for a while): it is marked, not dropped. */
+#define UNSTEADY 1.25
 
 void bench_exclude(uint64_t ns) { excluded += ns; }
 
@@ -77,15 +81,16 @@ int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt
   bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds), sq = bench_stat_of(q, rounds),
              so = bench_stat_of(o, rounds);
   b->devrt = sd, b->raw = sr;
+  bool steady = sr.p90 <= UNSTEADY * sr.p10;
   if (b->opts->json)
     printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
            "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"ratio_p10\":%.3f,\"ratio_p90\":%.3f,"
-           "\"overhead_ns\":%.1f}",
+           "\"overhead_ns\":%.1f,\"raw_steady\":%s}",
            b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
-           sq.median, sq.p10, sq.p90, so.median);
+           sq.median, sq.p10, sq.p90, so.median, steady ? "true" : "false");
   else
-    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %+8.1f\n", op, sd.median, sd.p10,
-           sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, so.median);
+    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %+8.1f%s\n", op, sd.median, sd.p10,
+           sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, so.median, steady ? "" : "  (unsteady host)");
   b->rows++;
   free(d);
   return 0;
