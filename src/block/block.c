@@ -512,9 +512,8 @@ static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_blo
 DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
   glock(g);
   if (g->live && g->n == n) {
-    const devrt_block* h = g->h;
     uint64_t diff = 0; /* branch-free: a match compares every member anyway */
-    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ h[k]) | (uint64_t)(u[k].access ^ u[0].access);
+    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
     if (!diff || (any_order && same_set(rt, g, u, n))) return true;
   }
   gunlock(g);

@@ -103,12 +103,11 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
  * current stays at or under its mark and the marks sum to at most the peak, the sum of the
  * currents cannot pass the peak, so an allocation only compares its own shard's current with its
  * own mark. One that passes it comes here: the exact sum raises the peak, then every shard gets
- * its recent high (hi: the most it reached past its mark since the last call) or its current,
- * whichever is more, as its mark where those fit under the peak. Where they do not, the marks are
- * the currents and this shard gets the headroom, which keeps the peak exact; only after 8 such
- * calls in a row (threads keep passing each other's marks) is the peak raised to the sum of the
- * recent highs, so that threads stop meeting here: an upper bound by at most each thread's recent
- * swing. With one thread at a time the peak is exact. */
+ * its recent high (hi, since the last call) as its mark where those fit under the peak. Where they
+ * do not, the marks are the currents and this shard gets the headroom, which keeps the peak exact;
+ * only after 8 such calls in a row (threads keep passing each other's marks) is the peak raised to
+ * the sum of the recent highs, so that threads stop meeting here: an upper bound by at most each
+ * thread's recent swing. With one thread at a time the peak is exact. */
 static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
@@ -139,8 +138,8 @@ static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_unlock(&S->grow_mu);
 }
 
-/* Shard s passed its mark as its owner counts it (st_add): its recent high follows its exact
- * current, and if that is past the mark too, the peak is settled (st_grow). */
+/* Shard s passed its recent high or its mark as its owner counts it (st_add): the recent high
+ * follows its exact current, and if that is past the mark, the peak is settled (st_grow). */
 static DV_NOINLINE void st_high(dv_stats* S, st_pair* p, unsigned s) {
   st_cell* c = &p->cells[s];
   int64_t b = cur_of(c, 0), n = cur_of(c, 1);
@@ -151,14 +150,15 @@ static DV_NOINLINE void st_high(dv_stats* S, st_pair* p, unsigned s) {
 
 /* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
  * being restored). Written out for bytes and count: the hot path of every allocation. It compares
- * the bumped cur with the mark: cur is at least the shard's current (frees on other threads may
- * be owed as debt), so at or under the mark nothing more is needed, and its own line is all it
- * reads. */
+ * the bumped cur with the recent high and the mark: cur is at least the shard's current (frees on
+ * other threads may be owed as debt), so at or under both nothing more is needed, and its own
+ * line is all it reads. */
 static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
   st_cell* c = &p->cells[s];
   int64_t b = bump(&c->cur[0], (int64_t)size, s), n = bump(&c->cur[1], 1, s);
   if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
-  if (DV_UNLIKELY(b > ld(&c->mark[0]) || n > ld(&c->mark[1]))) st_high(S, p, s);
+  if (DV_UNLIKELY(b > ld(&c->hi[0]) || n > ld(&c->hi[1]) || b > ld(&c->mark[0]) || n > ld(&c->mark[1])))
+    st_high(S, p, s);
 }
 
 /* A free of `size` allocated on `shard`, by the thread of shard me: off that shard's current, as
