@@ -128,13 +128,12 @@ static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q
   q->granularity = a->granularity;
 }
 
-/* devrt's layers' vtables, allocate and deallocate, named so that the layer above can call them
- * directly. */
+/* The vtables, allocate and deallocate of the layers devrt's stacks call directly (DV_CALL). */
 typedef devrt_status dv_allocate_fn(devrt_resource* self, size_t size, devrt_stream s, const char* tag, void** out);
 typedef devrt_status dv_deallocate_fn(devrt_resource* self, void* p, size_t size, devrt_stream s);
-extern const devrt_resource_vtable dv_budget_vtable, dv_stats_vtable, dv_caching_vtable, dv_async_vtable;
-dv_allocate_fn dv_budget_allocate, dv_stats_allocate, dv_caching_allocate, dv_async_allocate;
-dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_caching_deallocate, dv_async_deallocate;
+extern const devrt_resource_vtable dv_budget_vtable, dv_stats_vtable, dv_async_vtable;
+dv_allocate_fn dv_budget_allocate, dv_stats_allocate, dv_async_allocate;
+dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_async_deallocate;
 
 /* A devrt layer calling r, its upstream (the arguments were checked where the stack was entered,
  * and a layer holds its upstream), for op allocate or deallocate. Where r is layer L, the one

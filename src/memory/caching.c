@@ -227,8 +227,8 @@ static bool can_move(cache* c, slot* t, blk* b, dv_stream* bs, slot* counter) {
 
 /* ---- the vtable ---- */
 
-DV_HOT devrt_status dv_caching_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
-                                        void** out) {
+DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
+                                           void** out) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching allocate"));
@@ -291,7 +291,7 @@ DV_HOT devrt_status dv_caching_allocate(devrt_resource* self, size_t size, devrt
   return DEVRT_OK;
 }
 
-DV_HOT devrt_status dv_caching_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
@@ -466,15 +466,15 @@ static void caching_destroy(devrt_resource* self) {
   free(c);
 }
 
-const devrt_resource_vtable dv_caching_vtable = {
-    .allocate = dv_caching_allocate,
-    .deallocate = dv_caching_deallocate,
+static const devrt_resource_vtable caching_vtable = {
+    .allocate = caching_allocate,
+    .deallocate = caching_deallocate,
     .query = caching_query,
     .reap = caching_reap,
     .trim = caching_trim,
     .destroy = caching_destroy,
 };
-bool dv_caching_is(const devrt_resource* r) { return r->vtable == &dv_caching_vtable; }
+bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
 
 devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
                                            devrt_resource** out) {
@@ -489,7 +489,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
     free(c), free(sl);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_caching_resource_create: out of host memory");
   }
-  devrt_status st = devrt_resource_init(&c->base, &dv_caching_vtable, "caching", rt, upstream);
+  devrt_status st = devrt_resource_init(&c->base, &caching_vtable, "caching", rt, upstream);
   if (st != DEVRT_OK) {
     free(c), free(sl);
     return st;
