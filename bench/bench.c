@@ -1,5 +1,6 @@
 /* bench.c: timing, statistics and text/JSON reporting shared by the benchmark suites. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,8 +39,8 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
     printf("{\"suite\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"unit\":\"ns/op\",\"results\":[", suite, backend, device);
   else
     printf("devrt bench %s on %s (%s backend); ns per op: median [p10, p90] over rounds; ratio and overhead: of\n"
-           "each round against the raw round beside it, median [p10, p90]\n%-24s %28s %28s %22s %9s\n",
-           suite, device, backend, "op", "devrt", "raw", "ratio", "overhead");
+           "each round against the raw round beside it, median [p10, p90] and the median's 95%% interval\n"
+           "%-24s %28s %28s %22s %11s %9s\n", suite, device, backend, "op", "devrt", "raw", "ratio", "ratio ci95", "overhead");
 }
 
 static uint64_t excluded; /* untimed setup inside the current body (bench_exclude) */
@@ -80,17 +81,22 @@ int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt
   for (int i = 0; i < rounds; i++) q[i] = d[i] / r[i], o[i] = d[i] - r[i];
   bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds), sq = bench_stat_of(q, rounds),
              so = bench_stat_of(o, rounds);
+  /* The median ratio's 95% confidence interval: the order statistics n/2 -+ 0.98 sqrt(n) of the
+   * sorted ratios (distribution-free). */
+  int k = (int)ceil(0.98 * sqrt(rounds)), lo = rounds / 2 - k, hi = rounds / 2 + k;
+  double ci_lo = q[lo < 0 ? 0 : lo], ci_hi = q[hi >= rounds ? rounds - 1 : hi];
   b->devrt = sd, b->raw = sr;
   bool steady = sr.p90 <= UNSTEADY * sr.p10;
   if (b->opts->json)
     printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
            "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"ratio_p10\":%.3f,\"ratio_p90\":%.3f,"
-           "\"overhead_ns\":%.1f,\"raw_steady\":%s}",
+           "\"ratio_ci95\":[%.3f,%.3f],\"overhead_ns\":%.1f,\"raw_steady\":%s}",
            b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
-           sq.median, sq.p10, sq.p90, so.median, steady ? "true" : "false");
+           sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median, steady ? "true" : "false");
   else
-    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %+8.1f%s\n", op, sd.median, sd.p10,
-           sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, so.median, steady ? "" : "  (unsteady host)");
+    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f %+8.1f%s\n", op, sd.median,
+           sd.p10, sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median,
+           steady ? "" : "  (unsteady host)");
   b->rows++;
   free(d);
   return 0;

@@ -38,7 +38,8 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
 /* Times devrt_fn and raw_fn over `rounds` interleaved rounds of `iters` ops each (after one
  * warm-up round of each) and reports ns/op median, p10, p90 of each side, and the ratio and
  * overhead (devrt - raw) of each round against the raw round run beside it: median, p10, p90 (a
- * host that slows for a while slows both rounds of a pair); a row whose raw rounds spread by more
+ * host that slows for a while slows both rounds of a pair), and the median ratio's 95% confidence
+ * interval (order statistics; JSON `ratio_ci95`); a row whose raw rounds spread by more
  * than 25% (p90 over p10) is marked as timed on an unsteady host. sync (may be NULL) runs after
  * every round, outside the timed region. */
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,

@@ -188,7 +188,9 @@ int bench_alloc(const cli_opts* o) {
   TRY("stack", make_stack(c.rt, true, NULL, limit, &full));
   TRY("stack", make_stack(c.rt, false, NULL, limit, &nocache));
   TRY("stack", make_stack(c.rt, true, "/dev/null", limit, &logged));
-  int rounds = o->rounds > 0 ? o->rounds : 21, rc = 0;
+  /* Hot pairs: rounds of 1000 pairs are about a millisecond, so many rounds cost little and narrow
+   * the median ratio's interval (the host's slow phases come and go across rounds). */
+  int rounds = o->rounds > 0 ? o->rounds : 201, rc = 0;
   bench_suite b;
   bench_begin(&b, o, "alloc", c.rt->info.name, c.rt->be->name);
   static const size_t hot[] = {256, 64 << 10, 4 << 20};
