@@ -152,7 +152,10 @@ static DV_NOINLINE void st_high(dv_stats* S, st_pair* p, unsigned s) {
  * being restored). Written out for bytes and count: the hot path of every allocation. It compares
  * the bumped cur with the recent high and the mark: cur is at least the shard's current (frees on
  * other threads may be owed as debt), so at or under both nothing more is needed, and its own
- * line is all it reads. */
+ * line is all it reads. Debt is never folded back into cur (a reader summing cur - debt could
+ * then read high, and the peak with it), so a shard whose allocations other threads free runs
+ * ahead of its current by that debt: once the debt passes its swing, each allocation on it takes
+ * st_high, which reads the debt line. */
 static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total, unsigned s) {
   st_cell* c = &p->cells[s];
   int64_t b = bump(&c->cur[0], (int64_t)size, s), n = bump(&c->cur[1], 1, s);
