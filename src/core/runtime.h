@@ -12,7 +12,8 @@
 
 /* A stream id: runtime serial (20 bits) | slot (12 bits) | lease number of that slot (32 bits). */
 #define DV_SID_SERIAL(id) ((id) >> 44)
-#define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & 0xfffu)
+#define DV_SID_SLOTS 4096u /* the slot table's length: every slot an id can name */
+#define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & (DV_SID_SLOTS - 1))
 #define DV_SID(serial, slot, lease) (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
 
 /* A bounded pool of stream slots: the runtime's own, or one partition's (src/partition). Its
@@ -40,7 +41,8 @@ struct devrt_runtime {
   const dv_backend* be;
   dv_dev* dev;
   uint64_t serial;
-  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions' */
+  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions'; DV_SID_SLOTS
+                          entries, those past nslots never leased */
   unsigned npool, nslots;
   struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
   struct dv_blocks* blocks;  /* the block table (src/block) */
@@ -74,14 +76,13 @@ static inline bool dv_rt_ok(devrt_runtime* rt) {
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call);
 
 /* The backend stream of a held id, or INVALID_ARGUMENT for 0, foreign, released or made-up ids.
- * Lock-free: one acquire load. */
+ * Lock-free: one acquire load. The table has a slot for every id, and a slot's id carries the
+ * runtime's serial, so one compare refuses all of them but 0 (a free slot's id). */
 static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_stream** out,
                                          const char* call) {
-  unsigned slot = DV_SID_SLOT(id);
-  if (DV_UNLIKELY(DV_SID_SERIAL(id) != rt->serial || slot >= rt->nslots ||
-                  atomic_load_explicit(&rt->slots[slot].id, memory_order_acquire) != id))
-    return dv_stream_refused(rt, id, call);
-  *out = rt->slots[slot].s;
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
+  if (DV_UNLIKELY(atomic_load_explicit(&sl->id, memory_order_acquire) != id || !id)) return dv_stream_refused(rt, id, call);
+  *out = sl->s;
   return DEVRT_OK;
 }
 

@@ -20,9 +20,10 @@ static void push_spare(devrt_runtime* rt, unsigned i) {
 }
 
 devrt_status dv_stream_pool_init(devrt_runtime* rt) {
+  _Static_assert(DEVRT_MAX_STREAMS + 1 <= DV_SID_SLOTS, "the pool, the runtime's slot and the partitions' fit the table");
   rt->npool = rt->cfg.stream_pool_size;
   rt->nslots = rt->npool + 1 + rt->cfg.partition_streams;
-  rt->slots = calloc(rt->nslots, sizeof *rt->slots);
+  rt->slots = calloc(DV_SID_SLOTS, sizeof *rt->slots); /* past nslots: untouched pages */
   rt->pool.slots = malloc(rt->npool * sizeof *rt->pool.slots);
   if (!rt->slots || !rt->pool.slots) {
     free(rt->slots);

@@ -17,19 +17,19 @@
  * freed by another). The first DV_OWNED shards each belong to one live thread at a time, which
  * updates them with a plain load and store (dv_cell_add): no locked instruction. Threads past
  * those share the last DV_SHARDS - DV_OWNED shards and update them atomically. New device memory
- * is admitted on `held`, the one shared word. */
-enum { DV_OWNED = 64, DV_SHARDS = 72, DV_LIVE = 0, DV_PENDING, DV_CACHED, DV_NFIGS };
+ * is admitted on `held`, the one shared word; live bytes are what held has beyond the figures. */
+enum { DV_OWNED = 64, DV_SHARDS = 72, DV_PENDING = 0, DV_CACHED, DV_NFIGS };
 typedef struct dv_acct_shard {
-  _Alignas(DV_LINE) _Atomic uint64_t f[DV_NFIGS]; /* live: handed out above a caching layer; pending:
-                                                freed to the pool, completion not yet observed;
-                                                cached: in a caching layer's free lists */
+  _Alignas(DV_LINE) _Atomic uint64_t f[DV_NFIGS]; /* pending: freed to the pool, completion not yet
+                                                observed; cached: in a caching layer's free lists */
 } dv_acct_shard;
 
 struct dv_mem_account {
   dv_acct_shard sh[DV_SHARDS];
   /* live + pending + cached as one word: what the stack holds of the device. A leaf admits new
-   * memory with one compare-and-swap against `limit` before it asks the pool, and takes it back
-   * when a reap retires the free; moving bytes between the figures never touches it. */
+   * memory with one compare-and-swap against `limit` before it asks the pool (from then on it is
+   * live), and takes it back when a reap retires the free; the figures move bytes out of live and
+   * back without touching it. */
   _Alignas(DV_LINE) _Atomic uint64_t held;
   _Atomic uint64_t limit;     /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
   _Atomic uintptr_t owner;    /* that budget */
@@ -60,7 +60,7 @@ dv_mem_account* dv_account_new(void);
 void dv_account_init(dv_mem_account* a);
 
 static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
-  uint64_t g = a ? a->granularity : 256; /* a power of two */
+  uint64_t g = a->granularity; /* a power of two */
   return ((uint64_t)size + g - 1) & ~(g - 1);
 }
 
@@ -70,16 +70,10 @@ static inline void dv_account_add_at(dv_mem_account* a, unsigned s, int fig, uin
 }
 static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) { dv_account_add_at(a, dv_shard(), fig, n); }
 static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) { dv_account_add(a, fig, 0 - n); }
-/* Moves n bytes from one figure to another on this thread's shard s, adding first. */
-static inline void dv_account_move_at(dv_mem_account* a, unsigned s, int from, int to, uint64_t n) {
-  dv_cell_add(&a->sh[s].f[to], n, s);
-  dv_cell_add(&a->sh[s].f[from], 0 - n, s);
-}
-static inline void dv_account_move(dv_mem_account* a, int from, int to, uint64_t n) {
-  dv_account_move_at(a, dv_shard(), from, to, n);
-}
 /* A figure: the sum of its shards (0 if a racing move makes it read below zero). */
 uint64_t dv_account_sum(const dv_mem_account* a, int fig);
+/* Live bytes: held less the figures (0 if racing moves make it read below zero). */
+uint64_t dv_account_live(const dv_mem_account* a);
 
 /* Admits n new bytes against the owner's limit: one compare-and-swap on held. */
 static inline bool dv_account_admit(dv_mem_account* a, uint64_t n) {
@@ -121,7 +115,7 @@ bool dv_caching_is(const devrt_resource* r);
 
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
-  q->live_bytes = dv_account_sum(a, DV_LIVE);
+  q->live_bytes = dv_account_live(a);
   q->pending_bytes = dv_account_sum(a, DV_PENDING);
   q->cached_bytes = dv_account_sum(a, DV_CACHED);
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);

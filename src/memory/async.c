@@ -86,13 +86,10 @@ static DV_NOINLINE devrt_status track_refused(const char* who, void* p, size_t s
                  "no host address space for the live table", who, p, size);
 }
 
-DV_INLINE devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
-                           const char* tag) {
+DV_INLINE devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size, const char* tag) {
   entry* e = entry_of(t, p, true);
   if (DV_UNLIKELY(!e || (uint64_t)size >> SIZE_BITS)) return track_refused(who, p, size);
-  unsigned s = dv_shard();
-  entry_set(e, size, &(dv_live_entry){tag, s});
-  dv_account_add_at(a, s, DV_LIVE, rounded);
+  entry_set(e, size, &(dv_live_entry){tag, dv_shard()});
   return DEVRT_OK;
 }
 
@@ -231,8 +228,8 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     if (!done) break;
     atomic_store_explicit(&sl->retired, atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
                           memory_order_relaxed);
+    dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
-    dv_account_release(acc, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
     *reaped += b->bytes;
     event_give(a, b->ev);
@@ -281,7 +278,7 @@ DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_s
   DV_CHECK(dv_live_admit(self->account, "async allocate", size, tag, &n));
   void* p = NULL;
   devrt_status st = rt->be->pool_alloc(rt->dev, size, s, &p);
-  if (st == DEVRT_OK && (st = dv_live_track(a->live, self->account, "async allocate", p, size, n, tag)) != DEVRT_OK)
+  if (st == DEVRT_OK && (st = dv_live_track(a->live, "async allocate", p, size, tag)) != DEVRT_OK)
     rt->be->pool_free(rt->dev, p, s); /* the table's error is the one reported */
   if (st != DEVRT_OK) {
     dv_account_release(self->account, n);
@@ -306,7 +303,7 @@ DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t si
   uint64_t rounded = dv_round(self->account, size);
   dv_last_freed = (dv_freed){e.tag, e.shard};
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
-  dv_account_move_at(self->account, k, DV_LIVE, DV_PENDING, rounded);
+  dv_account_add_at(self->account, k, DV_PENDING, rounded);
   aslot* sl = &a->slots[i];
   if (atomic_load_explicit(&sl->s, memory_order_relaxed) != s) atomic_store_explicit(&sl->s, s, memory_order_relaxed);
   dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded, k); /* a release: after the pool_free */
@@ -442,7 +439,7 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   atomic_store(&sl->retired, upto);
   atomic_store(&sl->s, NULL);
   pthread_mutex_unlock(&sl->mu);
-  dv_account_sub(acc, DV_PENDING, n);
   dv_account_release(acc, n);
+  dv_account_sub(acc, DV_PENDING, n);
   atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
 }

@@ -42,7 +42,7 @@ static bool admit(budget* b, uint64_t n) {
   return true;
 }
 
-static uint64_t live_of(budget* b) { return b->owns ? dv_account_sum(b->r.account, DV_LIVE) : load(&b->live); }
+static uint64_t live_of(budget* b) { return b->owns ? dv_account_live(b->r.account) : load(&b->live); }
 
 static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
   dv_mem_account* a = b->r.account;
@@ -65,7 +65,7 @@ static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
 
 static uint64_t charge(budget* b, size_t size) {
   dv_mem_account* a = b->r.account;
-  return a && a->charge ? a->charge(a, size) : dv_round(a, size);
+  return !a ? ((uint64_t)size + 255) & ~(uint64_t)255 : a->charge ? a->charge(a, size) : dv_round(a, size);
 }
 
 #define NOT_TRIED ((devrt_status)-1) /* an owner's first upstream call, not made yet */

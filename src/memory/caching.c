@@ -77,13 +77,11 @@ static uint64_t class_charge(const dv_mem_account* a, size_t size) {
 }
 
 /* Over a user's resource with no account, this layer is the bottom of the accounted stack: it
- * admits what it takes from upstream and counts it live, and gives both back with the block. */
+ * admits what it takes from upstream (live from then on), and releases it when the block goes
+ * back upstream or the allocation failed. */
 static bool own_admit(cache* c, uint64_t n) { return c->base.account != &c->own || dv_account_admit(&c->own, n); }
-static void own_rollback(cache* c, uint64_t n) {
+static void own_release(cache* c, uint64_t n) {
   if (c->base.account == &c->own) dv_account_release(&c->own, n);
-}
-static void own_release(cache* c, uint64_t n) { /* a live block went back upstream */
-  if (c->base.account == &c->own) dv_account_sub(&c->own, DV_LIVE, n), dv_account_release(&c->own, n);
 }
 
 /* ---- pointer -> record hash ---- */
@@ -259,7 +257,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
       atomic_store_explicit(&b->state, LIVE, memory_order_release);
       if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-      dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize);
+      dv_account_sub(self->account, DV_CACHED, b->rsize);
       *out = b->ptr;
       return DEVRT_OK;
     }
@@ -270,7 +268,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   if (!own_admit(c, rsize)) return dv_account_refuse(&c->own, "caching allocate", size, rsize, tag);
   devrt_status st = UP_ALLOCATE(self, (size_t)cls, stream, tag, &p);
   if (st != DEVRT_OK) {
-    own_rollback(c, rsize);
+    own_release(c, rsize);
     return st;
   }
   if (!(b = dv_zalloc_lines(sizeof *b))) { /* a line of its own: its stream's thread writes it */
@@ -283,10 +281,9 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   }
   if (st != DEVRT_OK) {
     free(b);
-    if (UP_DEALLOCATE(self, p, (size_t)cls, stream) == DEVRT_OK) own_rollback(c, rsize);
+    if (UP_DEALLOCATE(self, p, (size_t)cls, stream) == DEVRT_OK) own_release(c, rsize);
     return st;
   }
-  if (self->account == &c->own) dv_account_add(&c->own, DV_LIVE, rsize);
   *out = p;
   return DEVRT_OK;
 }
@@ -326,7 +323,7 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
 
   slot* s = &c->slots[DV_SID_SLOT(stream)];
   if (keep) {
-    dv_account_move(self->account, DV_LIVE, DV_CACHED, b->rsize); /* before it is visible */
+    dv_account_add(self->account, DV_CACHED, b->rsize); /* before it is visible */
     dv_spin_lock(&s->mu);
     if (!s->l && !(s->l = dv_zalloc_lines(sizeof *s->l))) keep = false;
     else s->bs = bs, push_head(s, b);
@@ -335,7 +332,7 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
       dv_last_freed = freed;
       return DEVRT_OK;
     }
-    dv_account_move(self->account, DV_CACHED, DV_LIVE, b->rsize); /* no lists: pass it on */
+    dv_account_sub(self->account, DV_CACHED, b->rsize); /* no lists: pass it on */
     if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     hash_remove(c, b);
   }
@@ -392,19 +389,17 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       blk* b = chain;
       chain = b->next;
       if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-      /* Cached -> pending through the leaf's live figure. A budget reads cached + pending, so the
-       * bytes leave `cached` only after the leaf's free has added them to `pending`. */
-      dv_account_add(self->account, DV_LIVE, b->rsize);
+      /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
+       * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
       hash_remove(c, b);
       st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
       if (st == DEVRT_OK) {
-        dv_account_sub(self->account, DV_CACHED, b->rsize);
         own_release(c, b->rsize);
+        dv_account_sub(self->account, DV_CACHED, b->rsize);
         *bytes += b->rsize;
         free(b);
         continue;
       }
-      dv_account_sub(self->account, DV_LIVE, b->rsize); /* still cached */
       if (first == DEVRT_OK) first = st;
       if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
         free(b);

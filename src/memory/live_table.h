@@ -26,9 +26,7 @@ void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entr
  * account's limit; OVER_BUDGET when they do not fit. Give it back with dv_account_release if the
  * allocation then fails. */
 devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded);
-/* Records a fresh (admitted) allocation and counts it live in the account; on failure the caller
- * frees p. */
-devrt_status dv_live_track(dv_live_table* t, dv_mem_account* a, const char* who, void* p, size_t size, uint64_t rounded,
-                           const char* tag);
+/* Records a fresh (admitted, so live) allocation; on failure the caller frees p. */
+devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size, const char* tag);
 
 #endif

@@ -21,7 +21,7 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   DV_CHECK(dv_live_admit(self->account, "simple allocate", size, tag, &n));
   void* p = NULL;
   devrt_status st = rt->be->mem_alloc(rt->dev, size, &p);
-  if (st == DEVRT_OK && (st = dv_live_track(r->live, self->account, "simple allocate", p, size, n, tag)) != DEVRT_OK)
+  if (st == DEVRT_OK && (st = dv_live_track(r->live, "simple allocate", p, size, tag)) != DEVRT_OK)
     rt->be->mem_free(rt->dev, p); /* the table's error is the one reported */
   if (st != DEVRT_OK) {
     dv_account_release(self->account, n);
@@ -46,7 +46,6 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
   }
   uint64_t rounded = dv_round(self->account, size);
   dv_last_freed = (dv_freed){e.tag, e.shard};
-  dv_account_sub(self->account, DV_LIVE, rounded);
   dv_account_release(self->account, rounded);
   return DEVRT_OK;
 }
