@@ -63,7 +63,7 @@ static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
  * or its leaf does not exist and `make` is false (nothing was ever recorded near p) or fails. */
 static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
   uintptr_t a = (uintptr_t)p;
-  if (DV_UNLIKELY((a & ((1u << UNIT_BITS) - 1)) || a >> ADDR_BITS)) return NULL;
+  if (DV_UNLIKELY(a & (~(uintptr_t)0 << ADDR_BITS | ((1u << UNIT_BITS) - 1)))) return NULL; /* one test for both */
   _Atomic(entry*)* top = &t->top[a >> (UNIT_BITS + LEAF_BITS)];
   entry* leaf = atomic_load_explicit(top, memory_order_acquire);
   if (DV_UNLIKELY(!leaf) && (!make || !(leaf = leaf_make(top)))) return NULL;
@@ -129,10 +129,11 @@ typedef struct batch {
 /* One per stream-pool slot. A free counts its bytes on its own thread shard's row of `freed`
  * (a plain store: account.h), so frees take no lock and write no shared line; the slot's total is
  * the sum down its column. A reap closes a batch over what that sum has grown by since the last
- * one (covered), under one event recorded after those frees; batches sit in a ring, oldest first. */
+ * one (covered), under one event recorded after those frees on the slot's stream; batches sit in
+ * a ring, oldest first. A slot keeps its stream until dv_async_forget_slot: the runtime's slot
+ * table says which it is, for a reap that finds frees there. */
 typedef struct aslot {
   _Alignas(DV_LINE) pthread_mutex_t mu;
-  _Atomic(dv_stream*) s;     /* the slot's backend stream, noted by the frees on it */
   uint64_t covered;          /* freed bytes batched so far (under mu) */
   _Atomic uint64_t retired;  /* freed bytes retired so far (written under mu): equal to the
                                 column's sum when nothing on the slot is pending */
@@ -187,13 +188,14 @@ static uint64_t freed_sum(async_res* a, unsigned i) {
   return n;
 }
 
-/* Closes a batch over the slot's frees up to `upto` (a freed_sum; caller holds sl->mu): records
+/* Closes a batch over slot i's frees up to `upto` (a freed_sum; caller holds its mu): records
  * an event on the stream and files the new bytes under it. Correctness: a free counts its bytes
  * (a release store) only after its pool_free returned, and the sum was read (acquire) before the
  * record, so every free in it was enqueued on this stream before the event, and a stream runs its
  * work in order: the event completes no earlier than those frees. A free counted after the read
  * lands in a later batch. */
-static devrt_status close_batch(async_res* a, aslot* sl, uint64_t upto) {
+static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
+  aslot* sl = &a->slots[i];
   devrt_runtime* rt = a->base.rt;
   if (sl->n == sl->cap) {
     unsigned cap = sl->cap ? sl->cap * 2 : 8;
@@ -207,7 +209,7 @@ static devrt_status close_batch(async_res* a, aslot* sl, uint64_t upto) {
   }
   dv_event* e = NULL;
   DV_CHECK(event_take(a, &e));
-  devrt_status st = rt->be->event_record(e, atomic_load_explicit(&sl->s, memory_order_relaxed));
+  devrt_status st = rt->be->event_record(e, rt->slots[i].s);
   if (st != DEVRT_OK) {
     event_give(a, e);
     return st;
@@ -251,8 +253,9 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
     uint64_t upto = freed_sum(a, i);
     if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed)) continue; /* nothing pending here */
     pthread_mutex_lock(&sl->mu);
-    devrt_status st = upto != sl->covered ? close_batch(a, sl, upto) : DEVRT_OK;
-    dv_stream* s = sl->n ? atomic_load_explicit(&sl->s, memory_order_relaxed) : NULL;
+    /* upto may be below covered where dv_async_forget_slot ran since it was read */
+    devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
+    dv_stream* s = sl->n ? a->base.rt->slots[i].s : NULL;
     if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
     pthread_mutex_unlock(&sl->mu);
     if (st == DEVRT_OK && s && (flags & DEVRT_REAP_WAIT)) {
@@ -304,8 +307,6 @@ DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t si
   dv_last_freed = (dv_freed){e.tag, e.shard};
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
-  aslot* sl = &a->slots[i];
-  if (atomic_load_explicit(&sl->s, memory_order_relaxed) != s) atomic_store_explicit(&sl->s, s, memory_order_relaxed);
   dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded, k); /* a release: after the pool_free */
   return DEVRT_OK;
 }
@@ -437,7 +438,6 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   uint64_t upto = freed_sum(a, slot), n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
   sl->covered = upto;
   atomic_store(&sl->retired, upto);
-  atomic_store(&sl->s, NULL);
   pthread_mutex_unlock(&sl->mu);
   dv_account_release(acc, n);
   dv_account_sub(acc, DV_PENDING, n);
