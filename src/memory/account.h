@@ -42,10 +42,10 @@ struct dv_mem_account {
 
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else
  * one of the shared ones. */
-extern DV_TLS unsigned dv_tshard;
+extern DV_TLS unsigned dv_tshard; /* DV_SHARDS until one is assigned */
 extern _Atomic unsigned dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 unsigned dv_shard_assign(void);
-static inline unsigned dv_shard(void) { return dv_tshard ? dv_tshard - 1 : dv_shard_assign(); }
+static inline unsigned dv_shard(void) { return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign(); }
 /* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store
  * on x86), so a reader that sees the sum also sees what this thread did before. */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {

@@ -9,7 +9,7 @@
 
 /* ---- the shared account (account.h) ---- */
 
-DV_TLS unsigned dv_tshard;
+DV_TLS unsigned dv_tshard = DV_SHARDS;
 DV_TLS dv_freed dv_last_freed;
 static _Atomic uint64_t owned;        /* bit i: owned shard i is taken by a live thread */
 static _Atomic unsigned next_shared;  /* round robin over the shared shards */
@@ -19,7 +19,7 @@ static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
 static void shard_give_back(void* v) {
   atomic_fetch_and_explicit(&owned, ~(1ull << ((uintptr_t)v - 1)), memory_order_release);
-  dv_tshard = 0; /* a later call from another key's destructor takes a shard again */
+  dv_tshard = DV_SHARDS; /* a later call from another key's destructor takes a shard again */
 }
 static void shard_key_init(void) {
   if (pthread_key_create(&shard_key, shard_give_back)) shard_key = (pthread_key_t)-1;
@@ -29,7 +29,7 @@ static void shard_key_init(void) {
 static unsigned span(unsigned i) {
   unsigned v = atomic_load_explicit(&dv_shard_span, memory_order_relaxed);
   while (v <= i && !atomic_compare_exchange_weak_explicit(&dv_shard_span, &v, i + 1, memory_order_release, memory_order_relaxed)) {}
-  dv_tshard = i + 1;
+  dv_tshard = i;
   return i;
 }
 
