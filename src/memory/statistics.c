@@ -19,15 +19,13 @@
 #define ST_CELLS DV_SHARDS /* counter shards: one per thread shard */
 
 /* One thread shard of one pair's counters ([0] bytes, [1] count). Its thread writes the first
- * line (cur, total; lim and hi with st_grow); a free on another thread adds to `debt` on the
+ * line (cur, total; hi and mark with st_grow); a free on another thread adds to `debt` on the
  * second, so the shard's current is cur - debt and the owner's line takes no locked instruction
- * (account.h). Sums of cur - debt and of total are exact; mark, hi and lim serve the peak
- * (st_grow), lim = min(hi, mark) being what an allocation compares with. */
+ * (account.h). Sums of cur - debt and of total are exact; mark and hi serve the peak (st_grow). */
 typedef struct st_cell {
   _Alignas(DV_LINE) _Atomic int64_t cur[2]; /* _Alignas binds to one declarator: the unit's start */
-  _Atomic int64_t total[2], lim[2], hi[2];
+  _Atomic int64_t total[2], mark[2], hi[2];
   _Alignas(64) _Atomic int64_t debt[2];     /* the unit's second line */
-  _Atomic int64_t mark[2];
 } st_cell;
 _Static_assert(sizeof(st_cell) == DV_LINE, "a thread shard's counters fill one unit");
 typedef struct st_pair {
@@ -76,7 +74,6 @@ static bool st_pair_init(st_pair* p) {
 
 static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
 static void st(_Atomic int64_t* x, int64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Shard s's current (cur read before debt: a racing free can only make it read low). */
 static int64_t cur_of(st_cell* c, int k) {
   int64_t v = ld(&c->cur[k]);
@@ -100,14 +97,6 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
     return v;
   }
   return atomic_fetch_add_explicit(x, d, memory_order_relaxed) + d;
-}
-
-/* st_grow's and st_reset's store of another shard's recent high and mark, and lim with them:
- * hi, then mark, then lim (seq_cst), as st_lim needs. */
-static void st_set(st_cell* c, int k, int64_t hi, int64_t mark) {
-  st(&c->hi[k], hi);
-  atomic_store(&c->mark[k], mark);
-  atomic_store(&c->lim[k], min64(hi, mark));
 }
 
 /* The peak without a shared counter on the hot path. Each shard has a mark; while every shard's
@@ -142,37 +131,28 @@ static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
     st(&p->peak[k], P[k]);
     for (unsigned i = 0; i < ST_CELLS; i++) {
       int64_t m = fit || raise ? want[i][k] : i == s ? cur[i][k] + (P[k] - tot[k]) : cur[i][k];
-      st_set(&p->cells[i], k, cur[i][k], m);
+      st(&p->cells[i].mark[k], m);
+      st(&p->cells[i].hi[k], cur[i][k]);
     }
   }
   pthread_mutex_unlock(&S->grow_mu);
 }
 
-/* The owner sets its lim to min(hi, mark). st_grow, on another thread, may store marks and lims
- * meanwhile: the owner reads the mark again after its store (all seq_cst), so where its store
- * landed after st_grow's, it sees the new mark and stores again; a lowered mark is never hidden. */
-static void st_lim(st_cell* c) {
-  for (int k = 0; k < 2; k++)
-    for (int64_t l = INT64_MAX, want; (want = min64(ld(&c->hi[k]), atomic_load(&c->mark[k]))) != l;)
-      atomic_store(&c->lim[k], l = want);
-}
-
-/* Shard s passed its lim as its owner counts it (st_add): the recent high follows its exact
- * current, and if that is past the mark, the peak is settled (st_grow), else lim follows. */
+/* Shard s passed its recent high or its mark as its owner counts it (st_add): the recent high
+ * follows its exact current, and if that is past the mark, the peak is settled (st_grow). */
 static DV_NOINLINE void st_high(dv_stats* S, st_pair* p, unsigned s) {
   st_cell* c = &p->cells[s];
   int64_t b = cur_of(c, 0), n = cur_of(c, 1);
   if (b > ld(&c->hi[0])) st(&c->hi[0], b);
   if (n > ld(&c->hi[1])) st(&c->hi[1], n);
-  if (b > atomic_load(&c->mark[0]) || n > atomic_load(&c->mark[1])) st_grow(S, p, s);
-  else st_lim(c);
+  if (b > ld(&c->mark[0]) || n > ld(&c->mark[1])) st_grow(S, p, s);
 }
 
 /* An allocation of `size` appears on this thread's shard s (total: a new one, not a refused free
  * being restored). Written out for bytes and count: the hot path of every allocation. It compares
- * the bumped cur with lim, the lesser of the recent high and the mark: cur is at least the
- * shard's current (frees on other threads may be owed as debt), so at or under it nothing more is
- * needed, and its own line is all it reads. Debt is never folded back into cur (a reader summing cur - debt could
+ * the bumped cur with the recent high and the mark: cur is at least the shard's current (frees on
+ * other threads may be owed as debt), so at or under both nothing more is needed, and its own
+ * line is all it reads. Debt is never folded back into cur (a reader summing cur - debt could
  * then read high, and the peak with it), so a shard whose allocations other threads free runs
  * ahead of its current by that debt: once the debt passes its swing, each allocation on it takes
  * st_high, which reads the debt line. */
@@ -180,7 +160,8 @@ static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total,
   st_cell* c = &p->cells[s];
   int64_t b = bump(&c->cur[0], (int64_t)size, s), n = bump(&c->cur[1], 1, s);
   if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
-  if (DV_UNLIKELY(b > ld(&c->lim[0]) || n > ld(&c->lim[1]))) st_high(S, p, s);
+  if (DV_UNLIKELY(b > ld(&c->hi[0]) || n > ld(&c->hi[1]) || b > ld(&c->mark[0]) || n > ld(&c->mark[1])))
+    st_high(S, p, s);
 }
 
 /* A free of `size` allocated on `shard`, by the thread of shard me: off that shard's current, as
@@ -206,7 +187,7 @@ static void st_reset(dv_stats* S, st_pair* p) {
     st(&p->peak[k], sum_cur(p, k));
     for (unsigned i = 0; i < ST_CELLS; i++) {
       int64_t c = cur_of(&p->cells[i], k);
-      st_set(&p->cells[i], k, c, c);
+      st(&p->cells[i].mark[k], c), st(&p->cells[i].hi[k], c);
     }
   }
   p->collide = 0;
