@@ -16,7 +16,7 @@
 #define ST_TAGS 64   /* distinct tags with their own entry */
 #define ST_SHARD_BITS 10
 #define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
-#define ST_CELLS DV_SHARDS /* counter shards: one per thread shard */
+#define ST_CELLS DV_SHARDS /* counter shards: one per thread shard; those past dv_shard_span are unused */
 
 /* One thread shard of one pair's counters ([0] bytes, [1] count). Its thread writes the first
  * line (cur, total; hi and mark with st_grow); a free on another thread adds to `debt` on the
@@ -73,6 +73,8 @@ static bool st_pair_init(st_pair* p) {
 }
 
 static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
+/* The cells any thread has written: a thread takes its shard below the span before it writes. */
+static unsigned st_span(void) { return atomic_load_explicit(&dv_shard_span, memory_order_acquire); }
 static void st(_Atomic int64_t* x, int64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
 /* Shard s's current (cur read before debt: a racing free can only make it read low). */
 static int64_t cur_of(st_cell* c, int k) {
@@ -81,12 +83,12 @@ static int64_t cur_of(st_cell* c, int k) {
 }
 static int64_t sum_cur(const st_pair* p, int k) {
   int64_t n = 0;
-  for (unsigned i = 0; i < ST_CELLS; i++) n += cur_of(&p->cells[i], k);
+  for (unsigned i = 0, end = st_span(); i < end; i++) n += cur_of(&p->cells[i], k);
   return n;
 }
 static int64_t sum_total(const st_pair* p, int k) {
   int64_t n = 0;
-  for (unsigned i = 0; i < ST_CELLS; i++) n += ld(&p->cells[i].total[k]);
+  for (unsigned i = 0, end = st_span(); i < end; i++) n += ld(&p->cells[i].total[k]);
   return n;
 }
 /* Adds d to a counter of shard s written by this thread (dv_cell_add); returns the new value. */
@@ -111,7 +113,8 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
 static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
-  for (unsigned i = 0; i < ST_CELLS; i++)
+  unsigned end = st_span(); /* a shard taken after this passes its zero mark and comes here too */
+  for (unsigned i = 0; i < end; i++)
     for (int k = 0; k < 2; k++) {
       cur[i][k] = cur_of(&p->cells[i], k);
       int64_t hi = ld(&p->cells[i].hi[k]);
@@ -129,7 +132,7 @@ static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   for (int k = 0; k < 2; k++) {
     if (raise && wsum[k] > P[k]) P[k] = wsum[k];
     st(&p->peak[k], P[k]);
-    for (unsigned i = 0; i < ST_CELLS; i++) {
+    for (unsigned i = 0; i < end; i++) {
       int64_t m = fit || raise ? want[i][k] : i == s ? cur[i][k] + (P[k] - tot[k]) : cur[i][k];
       st(&p->cells[i].mark[k], m);
       st(&p->cells[i].hi[k], cur[i][k]);
@@ -185,7 +188,7 @@ static void st_reset(dv_stats* S, st_pair* p) {
   pthread_mutex_lock(&S->grow_mu);
   for (int k = 0; k < 2; k++) {
     st(&p->peak[k], sum_cur(p, k));
-    for (unsigned i = 0; i < ST_CELLS; i++) {
+    for (unsigned i = 0, end = st_span(); i < end; i++) {
       int64_t c = cur_of(&p->cells[i], k);
       st(&p->cells[i].mark[k], c), st(&p->cells[i].hi[k], c);
     }
