@@ -67,17 +67,12 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
 
 int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                      int (*sync)(void*), int iters, int raw_iters, int rounds) {
-  double* d = malloc(sizeof(double) * (size_t)rounds * 4);
-  double *r = d + rounds, *q = r + rounds, *o = q + rounds; /* per round: devrt, raw, ratio, overhead */
-  double warm;
-  int rc = timed_round(ctx, devrt_fn, sync, iters, &warm) || timed_round(ctx, raw_fn, sync, raw_iters, &warm);
-  for (int i = 0; !rc && i < rounds; i++) /* interleave so drift hits both sides alike */
-    rc = (i & 1) ? (timed_round(ctx, raw_fn, sync, raw_iters, &r[i]) || timed_round(ctx, devrt_fn, sync, iters, &d[i]))
-                 : (timed_round(ctx, devrt_fn, sync, iters, &d[i]) || timed_round(ctx, raw_fn, sync, raw_iters, &r[i]));
-  if (rc) {
-    free(d);
-    return -1;
-  }
+  bench_row w = {.op = op, .ctx = ctx, .devrt_fn = devrt_fn, .raw_fn = raw_fn, .sync = sync, .iters = iters, .raw_iters = raw_iters};
+  return bench_rows(b, &w, 1, rounds);
+}
+
+/* One row's report from its per-round times d (devrt) and r (raw); q and o are scratch. */
+static void report(bench_suite* b, bench_row* w, int rounds, double* d, double* r, double* q, double* o) {
   for (int i = 0; i < rounds; i++) q[i] = d[i] / r[i], o[i] = d[i] - r[i];
   bench_stat sd = bench_stat_of(d, rounds), sr = bench_stat_of(r, rounds), sq = bench_stat_of(q, rounds),
              so = bench_stat_of(o, rounds);
@@ -85,21 +80,39 @@ int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt
    * sorted ratios (distribution-free). */
   int k = (int)ceil(0.98 * sqrt(rounds)), lo = rounds / 2 - k, hi = rounds / 2 + k;
   double ci_lo = q[lo < 0 ? 0 : lo], ci_hi = q[hi >= rounds ? rounds - 1 : hi];
-  b->devrt = sd, b->raw = sr;
+  b->devrt = w->devrt = sd, b->raw = w->raw = sr;
   bool steady = sr.p90 <= UNSTEADY * sr.p10;
   if (b->opts->json)
     printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
            "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"ratio_p10\":%.3f,\"ratio_p90\":%.3f,"
            "\"ratio_ci95\":[%.3f,%.3f],\"overhead_ns\":%.1f,\"raw_steady\":%s}",
-           b->rows ? "," : "", op, iters, raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
+           b->rows ? "," : "", w->op, w->iters, w->raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
            sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median, steady ? "true" : "false");
   else
-    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f %+8.1f%s\n", op, sd.median,
+    printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f %+8.1f%s\n", w->op, sd.median,
            sd.p10, sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median,
            steady ? "" : "  (unsteady host)");
   b->rows++;
+}
+
+int bench_rows(bench_suite* b, bench_row* w, int n, int rounds) {
+  double* d = malloc(sizeof(double) * (size_t)rounds * (2 * (size_t)n + 2));
+  double *r = d + (size_t)rounds * n, *q = r + (size_t)rounds * n, *o = q + rounds; /* per row and round: devrt, raw */
+  double warm;
+  int rc = 0;
+  for (int j = 0; !rc && j < n; j++)
+    rc = timed_round(w[j].ctx, w[j].devrt_fn, w[j].sync, w[j].iters, &warm) ||
+         timed_round(w[j].ctx, w[j].raw_fn, w[j].sync, w[j].raw_iters, &warm);
+  for (int i = 0; !rc && i < rounds; i++)
+    for (int k = 0; !rc && k < n; k++) { /* rows in turn, from a rotating start; the two sides alternate */
+      bench_row* x = &w[(i + k) % n];
+      double *dx = &d[(size_t)(x - w) * rounds + i], *rx = &r[(size_t)(x - w) * rounds + i];
+      rc = ((i + k) & 1) ? (timed_round(x->ctx, x->raw_fn, x->sync, x->raw_iters, rx) || timed_round(x->ctx, x->devrt_fn, x->sync, x->iters, dx))
+                         : (timed_round(x->ctx, x->devrt_fn, x->sync, x->iters, dx) || timed_round(x->ctx, x->raw_fn, x->sync, x->raw_iters, rx));
+    }
+  for (int j = 0; !rc && j < n; j++) report(b, &w[j], rounds, d + (size_t)j * rounds, r + (size_t)j * rounds, q, o);
   free(d);
-  return 0;
+  return rc ? -1 : 0;
 }
 
 void bench_cat(char* buf, size_t cap, const char* fmt, ...) {

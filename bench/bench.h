@@ -47,6 +47,19 @@ int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, b
 /* As bench_pair, with raw_fn timed over raw_iters ops a round (a slow raw side stays short). */
 int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                      int (*sync)(void* ctx), int iters, int raw_iters, int rounds);
+/* One row of bench_rows: bench_pair_iters's arguments, and the statistics it reported. */
+typedef struct bench_row {
+  const char* op;
+  void* ctx;
+  bench_body devrt_fn, raw_fn;
+  int (*sync)(void* ctx);
+  int iters, raw_iters;
+  bench_stat devrt, raw; /* out */
+} bench_row;
+/* As bench_pair_iters for n rows timed in the same rounds: each round times every row in turn
+ * (from a rotating start), so a host that changes speed for a while hits all of them alike and
+ * each row's rounds span the whole run; reports the rows in order and fills their statistics. */
+int bench_rows(bench_suite* b, bench_row* rows, int n, int rounds);
 void bench_end(bench_suite* b);
 /* Appends printf-style text to the string in buf (cap bytes in all): JSON fragments of a footer. */
 void bench_cat(char* buf, size_t cap, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

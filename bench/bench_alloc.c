@@ -188,23 +188,26 @@ int bench_alloc(const cli_opts* o) {
   TRY("stack", make_stack(c.rt, true, NULL, limit, &full));
   TRY("stack", make_stack(c.rt, false, NULL, limit, &nocache));
   TRY("stack", make_stack(c.rt, true, "/dev/null", limit, &logged));
-  /* Hot pairs: rounds of 1000 pairs are about a millisecond, so many rounds cost little and narrow
-   * the median ratio's interval (the host's slow phases come and go across rounds). */
-  int rounds = o->rounds > 0 ? o->rounds : 201, rc = 0;
+  /* Hot pairs: rounds of 1000 pairs are about a millisecond. The rows share their rounds
+   * (bench_rows), and 601 of them span about 5 s: the host's slow phases (a second or so, the raw
+   * pair up to twice as slow) fall on every row alike instead of on whichever row they meet. */
+  int rounds = o->rounds > 0 ? o->rounds : 601, rc = 0;
   bench_suite b;
   bench_begin(&b, o, "alloc", c.rt->info.name, c.rt->be->name);
   static const size_t hot[] = {256, 64 << 10, 4 << 20};
-  static const char* const names[][3] = {
-      {"hot_256B_full_stack", "hot_64KiB_full_stack", "hot_4MiB_full_stack"},
-      {"hot_256B_no_cache", "hot_64KiB_no_cache", "hot_4MiB_no_cache"}};
-  for (int k = 0; k < 2 && !rc; k++)
-    for (int i = 0; i < 3 && !rc; i++) {
-      c.stack = k ? nocache : full;
-      c.size = hot[i];
-      rc = bench_pair(&b, names[k][i], &c, stack_pair, raw_pair, sync_reap, 1000, rounds);
-    }
-  c.stack = logged, c.size = 64 << 10;
-  if (!rc) rc = bench_pair(&b, "hot_64KiB_logging_on", &c, stack_pair, raw_pair, sync_reap, 1000, rounds);
+  static const char* const names[] = {"hot_256B_full_stack", "hot_64KiB_full_stack", "hot_4MiB_full_stack",
+                                      "hot_256B_no_cache", "hot_64KiB_no_cache", "hot_4MiB_no_cache",
+                                      "hot_64KiB_logging_on"};
+  actx hc[7];
+  bench_row rows[7];
+  for (int j = 0; j < 7; j++) {
+    hc[j] = c;
+    hc[j].stack = j == 6 ? logged : j < 3 ? full : nocache;
+    hc[j].size = j == 6 ? 64 << 10 : hot[j % 3];
+    rows[j] = (bench_row){.op = names[j], .ctx = &hc[j], .devrt_fn = stack_pair, .raw_fn = raw_pair, .sync = sync_reap,
+                          .iters = 1000, .raw_iters = 1000};
+  }
+  rc = bench_rows(&b, rows, 7, rounds);
 
   static const size_t maxes[] = {1 << 20, 4 << 20, 64 << 20};
   static const char* const rnames[] = {"random_max_1MiB", "random_max_4MiB", "random_max_64MiB"};
@@ -228,19 +231,19 @@ int bench_alloc(const cli_opts* o) {
   }
   /* Long enough per thread (cuda: 300000 pairs, 15 ms or more) that starting 16 threads and a
    * descheduled thread are noise; the raw side runs 4000 pairs a thread (it slows to microseconds
-   * a pair under 16 threads). Fewer rounds. */
-  int per_thread = cuda ? 300000 : 20000, raw_per_thread = cuda ? 4000 : 2000, trounds = o->rounds > 0 ? o->rounds : 7;
-  double ns1 = 0, scale[4] = {0};
-  mt m = {.base = &c, .t = t};
-  for (int i = 0; i < 4 && !rc; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "threads_%d_64KiB", nthreads[i]);
-    m.threads = nthreads[i];
-    rc = bench_pair_iters(&b, name, &m, mt_stack, mt_raw, mt_sync, per_thread * nthreads[i],
-                          raw_per_thread * nthreads[i], trounds);
-    if (!rc) ns1 = i ? ns1 : b.devrt.median, scale[i] = ns1 / b.devrt.median;
+   * a pair under 16 threads). Fewer rounds, shared by the four rows as the hot pairs' are. */
+  int per_thread = cuda ? 300000 : 20000, raw_per_thread = cuda ? 4000 : 2000, trounds = o->rounds > 0 ? o->rounds : 15;
+  double scale[4] = {0};
+  static const char* const tnames[] = {"threads_1_64KiB", "threads_4_64KiB", "threads_8_64KiB", "threads_16_64KiB"};
+  mt m[4];
+  for (int i = 0; i < 4; i++) {
+    m[i] = (mt){.base = &c, .t = t, .threads = nthreads[i]};
+    rows[i] = (bench_row){.op = tnames[i], .ctx = &m[i], .devrt_fn = mt_stack, .raw_fn = mt_raw, .sync = mt_sync,
+                          .iters = per_thread * nthreads[i], .raw_iters = raw_per_thread * nthreads[i]};
   }
-  double machine = rc ? 0 : private_scaling(&m, per_thread);
+  if (!rc) rc = bench_rows(&b, rows, 4, trounds);
+  for (int i = 0; i < 4 && !rc; i++) scale[i] = rows[0].devrt.median / rows[i].devrt.median;
+  double machine = rc ? 0 : private_scaling(&m[3], per_thread);
   char fields[256] = "";
   bench_cat(fields, sizeof fields, "\"thread_scaling\":{\"threads_4\":%.2f,\"threads_8\":%.2f,\"threads_16\":%.2f,"
                                    "\"goal_16\":8.0,\"private_work_16\":%.2f}", scale[1], scale[2], scale[3], machine);
