@@ -253,7 +253,7 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
     uint64_t upto = freed_sum(a, i);
     if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed)) continue; /* nothing pending here */
     pthread_mutex_lock(&sl->mu);
-    /* upto may be below covered where dv_async_forget_slot ran since it was read */
+    /* upto may be below covered: another reap or dv_async_forget_slot went further since it was read */
     devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
     dv_stream* s = sl->n ? a->base.rt->slots[i].s : NULL;
     if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
