@@ -1,7 +1,8 @@
 /* test_memory_stress.c: the resource stack under threads: 16 threads allocating at random never
  * push the budget past its limit; reaps racing frees from 8 threads lose and double count
- * nothing, every figure back to zero at the end; 80 threads at once (past the 64 owned shards,
- * so some share theirs), each freeing a neighbour's block too, leave every counter exact. */
+ * nothing, every figure back to zero at the end; reaps from 4 threads at once on one stream's
+ * frees retire each byte once; 80 threads at once (past the 64 owned shards, so some share
+ * theirs), each freeing a neighbour's block too, leave every counter exact. */
 #include <pthread.h>
 #include "test.h"
 
@@ -77,6 +78,51 @@ static void stress(devrt_runtime* rt, devrt_resource* top, uint64_t limit, int n
          (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
   CHECK(violations == 0 && errors == 0 && refusals > 0);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0 && f.available_bytes == limit);
+}
+
+/* ---- reaps racing each other over one stream's frees ---- */
+enum { REAPERS = 4, FREES = 20000 };
+typedef struct { devrt_resource* r; _Atomic int* stop; uint64_t reaped; int errors; } reaper;
+static void* reap_run(void* p) {
+  reaper* w = p;
+  while (!atomic_load(w->stop)) {
+    uint64_t n = 0;
+    if (devrt_resource_reap(w->r, 0, &n)) w->errors++;
+    if (n > (uint64_t)FREES << 10) w->errors++; /* a batch below what was covered: "negative" bytes */
+    w->reaped += n;
+  }
+  return NULL;
+}
+static void concurrent_reaps(devrt_runtime* rt) {
+  devrt_resource* leaf;
+  devrt_stream s;
+  REQUIRE_OK(devrt_async_resource_create(rt, &leaf));
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
+  _Atomic int stop = 0;
+  reaper w[REAPERS];
+  pthread_t t[REAPERS];
+  for (int i = 0; i < REAPERS; i++) w[i] = (reaper){leaf, &stop, 0, 0}, pthread_create(&t[i], NULL, reap_run, &w[i]);
+  int errors = 0;
+  uint64_t freed = 0, reaped = 0;
+  for (int i = 0; i < FREES; i++) {
+    void* q;
+    if (devrt_resource_allocate(leaf, 1000, s, "reaped", &q) || devrt_resource_deallocate(leaf, q, 1000, s)) errors++;
+    freed += 1024; /* the pool's rounding of 1000 bytes, at most 1 KiB */
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < REAPERS; i++) pthread_join(t[i], NULL), errors += w[i].errors, reaped += w[i].reaped;
+  uint64_t last = 0;
+  CHECK_OK(devrt_resource_reap(leaf, DEVRT_REAP_WAIT, &last));
+  devrt_resource_figures f;
+  CHECK_OK(devrt_resource_query(leaf, &f));
+  freed = freed / 1024 * ((1000 + f.granularity - 1) / f.granularity * f.granularity);
+  printf("%d reapers over one stream's %d frees: %d errors, %llu bytes reaped by them, %llu after; end live %llu pending %llu\n",
+         REAPERS, FREES, errors, (unsigned long long)reaped, (unsigned long long)last, (unsigned long long)f.live_bytes,
+         (unsigned long long)f.pending_bytes);
+  CHECK(errors == 0 && reaped + last == freed && f.reaped_bytes == freed);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
+  devrt_stream_release(rt, s);
+  devrt_resource_release(leaf);
 }
 
 /* ---- more live threads than owned shards ---- */
@@ -166,6 +212,7 @@ int main(void) {
   devrt_resource_release(b2);
   devrt_resource_release(cache);
   devrt_resource_release(leaf);
+  concurrent_reaps(rt);
   shards_past_owned(rt);
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();
