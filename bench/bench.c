@@ -104,10 +104,12 @@ int bench_rows(bench_suite* b, bench_row* w, int n, int rounds) {
     rc = timed_round(w[j].ctx, w[j].devrt_fn, w[j].sync, w[j].iters, &warm) ||
          timed_round(w[j].ctx, w[j].raw_fn, w[j].sync, w[j].raw_iters, &warm);
   for (int i = 0; !rc && i < rounds; i++)
-    for (int k = 0; !rc && k < n; k++) { /* rows in turn, from a rotating start; the two sides alternate */
+    for (int k = 0; !rc && k < n; k++) { /* rows in turn, from a rotating start; each row's two sides
+                                             swap order every round (by i alone: with an even n, i + k
+                                             would give a row the same order in every round) */
       bench_row* x = &w[(i + k) % n];
       double *dx = &d[(size_t)(x - w) * rounds + i], *rx = &r[(size_t)(x - w) * rounds + i];
-      rc = ((i + k) & 1) ? (timed_round(x->ctx, x->raw_fn, x->sync, x->raw_iters, rx) || timed_round(x->ctx, x->devrt_fn, x->sync, x->iters, dx))
+      rc = (i & 1) ? (timed_round(x->ctx, x->raw_fn, x->sync, x->raw_iters, rx) || timed_round(x->ctx, x->devrt_fn, x->sync, x->iters, dx))
                          : (timed_round(x->ctx, x->devrt_fn, x->sync, x->iters, dx) || timed_round(x->ctx, x->raw_fn, x->sync, x->raw_iters, rx));
     }
   for (int j = 0; !rc && j < n; j++) report(b, &w[j], rounds, d + (size_t)j * rounds, r + (size_t)j * rounds, q, o);
