@@ -44,6 +44,8 @@ struct dv_mem_account {
  * one of the shared ones. */
 extern DV_TLS unsigned dv_tshard; /* DV_SHARDS until one is assigned */
 extern _Atomic unsigned dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
+/* The shards any thread has written below: a thread raises the span before it writes. */
+static inline unsigned dv_shard_end(void) { return atomic_load_explicit(&dv_shard_span, memory_order_acquire); }
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) { return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign(); }
 /* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store

@@ -183,7 +183,7 @@ static void event_give(async_res* a, dv_event* e) {
  * never been written). */
 static uint64_t freed_sum(async_res* a, unsigned i) {
   uint64_t n = 0;
-  for (unsigned k = 0, end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); k < end; k++)
+  for (unsigned k = 0, end = dv_shard_end(); k < end; k++)
     n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i], memory_order_acquire);
   return n;
 }

@@ -64,7 +64,7 @@ dv_mem_account* dv_account_new(void) {
 
 uint64_t dv_account_sum(const dv_mem_account* a, int fig) {
   uint64_t n = 0;
-  for (unsigned i = 0, end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); i < end; i++)
+  for (unsigned i = 0, end = dv_shard_end(); i < end; i++)
     n += atomic_load_explicit(&a->sh[i].f[fig], memory_order_relaxed);
   return n > UINT64_MAX / 2 ? 0 : n;
 }

@@ -73,8 +73,6 @@ static bool st_pair_init(st_pair* p) {
 }
 
 static int64_t ld(_Atomic int64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
-/* The cells any thread has written: a thread takes its shard below the span before it writes. */
-static unsigned st_span(void) { return atomic_load_explicit(&dv_shard_span, memory_order_acquire); }
 static void st(_Atomic int64_t* x, int64_t v) { atomic_store_explicit(x, v, memory_order_relaxed); }
 /* Shard s's current (cur read before debt: a racing free can only make it read low). */
 static int64_t cur_of(st_cell* c, int k) {
@@ -83,12 +81,12 @@ static int64_t cur_of(st_cell* c, int k) {
 }
 static int64_t sum_cur(const st_pair* p, int k) {
   int64_t n = 0;
-  for (unsigned i = 0, end = st_span(); i < end; i++) n += cur_of(&p->cells[i], k);
+  for (unsigned i = 0, end = dv_shard_end(); i < end; i++) n += cur_of(&p->cells[i], k);
   return n;
 }
 static int64_t sum_total(const st_pair* p, int k) {
   int64_t n = 0;
-  for (unsigned i = 0, end = st_span(); i < end; i++) n += ld(&p->cells[i].total[k]);
+  for (unsigned i = 0, end = dv_shard_end(); i < end; i++) n += ld(&p->cells[i].total[k]);
   return n;
 }
 /* Adds d to a counter of shard s written by this thread (dv_cell_add); returns the new value. */
@@ -113,7 +111,7 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
 static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
-  unsigned end = st_span(); /* a shard taken after this passes its zero mark and comes here too */
+  unsigned end = dv_shard_end(); /* a shard taken after this passes its zero mark and comes here too */
   for (unsigned i = 0; i < end; i++)
     for (int k = 0; k < 2; k++) {
       cur[i][k] = cur_of(&p->cells[i], k);
@@ -188,7 +186,7 @@ static void st_reset(dv_stats* S, st_pair* p) {
   pthread_mutex_lock(&S->grow_mu);
   for (int k = 0; k < 2; k++) {
     st(&p->peak[k], sum_cur(p, k));
-    for (unsigned i = 0, end = st_span(); i < end; i++) {
+    for (unsigned i = 0, end = dv_shard_end(); i < end; i++) {
       int64_t c = cur_of(&p->cells[i], k);
       st(&p->cells[i].mark[k], c), st(&p->cells[i].hi[k], c);
     }
