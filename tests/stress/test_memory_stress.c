@@ -103,11 +103,10 @@ static void concurrent_reaps(devrt_runtime* rt) {
   pthread_t t[REAPERS];
   for (int i = 0; i < REAPERS; i++) w[i] = (reaper){leaf, &stop, 0, 0}, pthread_create(&t[i], NULL, reap_run, &w[i]);
   int errors = 0;
-  uint64_t freed = 0, reaped = 0;
+  uint64_t reaped = 0;
   for (int i = 0; i < FREES; i++) {
     void* q;
     if (devrt_resource_allocate(leaf, 1000, s, "reaped", &q) || devrt_resource_deallocate(leaf, q, 1000, s)) errors++;
-    freed += 1024; /* the pool's rounding of 1000 bytes, at most 1 KiB */
   }
   atomic_store(&stop, 1);
   for (int i = 0; i < REAPERS; i++) pthread_join(t[i], NULL), errors += w[i].errors, reaped += w[i].reaped;
@@ -115,7 +114,7 @@ static void concurrent_reaps(devrt_runtime* rt) {
   CHECK_OK(devrt_resource_reap(leaf, DEVRT_REAP_WAIT, &last));
   devrt_resource_figures f;
   CHECK_OK(devrt_resource_query(leaf, &f));
-  freed = freed / 1024 * ((1000 + f.granularity - 1) / f.granularity * f.granularity);
+  uint64_t freed = FREES * ((1000 + f.granularity - 1) / f.granularity * f.granularity); /* as the pool rounds 1000 bytes */
   printf("%d reapers over one stream's %d frees: %d errors, %llu bytes reaped by them, %llu after; end live %llu pending %llu\n",
          REAPERS, FREES, errors, (unsigned long long)reaped, (unsigned long long)last, (unsigned long long)f.live_bytes,
          (unsigned long long)f.pending_bytes);
