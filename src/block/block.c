@@ -17,11 +17,16 @@ enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, IN
 static _Atomic uint64_t next_gen = 1;
 #define FREEING 0x80000000u
 
-/* What later uses must respect: the last writer and one reader per slot since. */
+/* What later uses must respect: the last writer, and one entry per slot for the other uses a
+ * write or a free must wait for: the reads since that write, and any earlier use a write could
+ * not prove it came after (see record_write). Guarded by the lock of the block or group that
+ * holds it. */
 typedef struct dv_track {
   dv_pev* writer;
   dv_wait* readers; /* points at inl until it outgrows it */
-  unsigned nreaders, capreaders;
+  uint16_t nreaders, capreaders; /* at most one entry per stream slot (DV_SID_SLOTS) */
+  uint32_t epoch; /* bumped by every change: a stream that waited for what the track held at
+                   * epoch e has waited for what it holds while the epoch is still e */
   dv_wait inl[INLINE_READERS];
 } dv_track;
 
@@ -53,6 +58,9 @@ typedef struct dv_blk {
   _Atomic(dv_group*) group; /* set (under both locks): t is empty, the group's record holds the state */
   uint32_t lastset;         /* the set of blocks its last tracked use declared (a hash) */
   uint32_t lastslot;        /* and that use's slot */
+  uint32_t prep_slot;       /* the last devrt_prepare_block_use: its slot + 1 (0: none), */
+  bool prep_write;          /* whether it waited as a write does, */
+  uint32_t prep_epoch;      /* and t.epoch once its waits were issued */
   void* ptr;
   size_t size;
   const char* tag;
@@ -83,8 +91,12 @@ static void lock(dv_blk* b) { dv_spin_lock(&b->lock); }
 static void unlock(dv_blk* b) { dv_spin_unlock(&b->lock); }
 static void glock(dv_group* g) { dv_spin_lock(&g->lock); }
 static void gunlock(dv_group* g) { dv_spin_unlock(&g->lock); }
-/* b's tracking state changed (b locked); seq_cst: see dv_repeat_try and dv_block_free_on. */
-static void touched(dv_blk* b) { atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1); }
+/* b's tracking state changed (b locked): its track's epoch moves, and its version (seq_cst: see
+ * dv_repeat_try and dv_block_free_on). */
+static void touched(dv_blk* b) {
+  b->t.epoch++;
+  atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1);
+}
 
 /* ---- table ---- */
 
@@ -245,15 +257,15 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
       return;
     }
   dv_pev_ref(p);
-  w[(*n)++] = (dv_wait){p->slot, p};
+  w[(*n)++] = (dv_wait){p->slot, false, p};
   c->coalesced += wt - 1;
 }
 
 DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n,
                           dv_counts* c, unsigned wt) {
   if (t->writer) want(rt, slot, t->writer, w, n, c, wt);
-  if (a & DEVRT_ACCESS_WRITE)
-    for (unsigned k = 0; k < t->nreaders; k++) want(rt, slot, t->readers[k].ev, w, n, c, wt);
+  for (unsigned k = 0; k < t->nreaders; k++) /* a read waits for the entries that cover writes too */
+    if ((a & DEVRT_ACCESS_WRITE) || t->readers[k].wrote) want(rt, slot, t->readers[k].ev, w, n, c, wt);
 }
 
 DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
@@ -315,11 +327,14 @@ DV_HOT static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
   clear_readers(rt, t, r);
   if (t->writer) drop(rt, r, t->writer);
   t->writer = NULL;
+  t->epoch++;
 }
 
 DV_HOT static bool grow(dv_track* t, unsigned need) {
   if (need <= t->capreaders) return true;
-  unsigned cap = t->capreaders * 2 > need ? t->capreaders * 2 : need;
+  unsigned cap = t->capreaders * 2u > need ? t->capreaders * 2u : need;
+  if (cap > UINT16_MAX) cap = UINT16_MAX; /* one entry per stream slot at most */
+  if (cap < need) return false;
   dv_wait* v = malloc(cap * sizeof *v);
   if (!v) return false;
   memcpy(v, t->readers, t->nreaders * sizeof *v);
@@ -328,8 +343,8 @@ DV_HOT static bool grow(dv_track* t, unsigned need) {
   return true;
 }
 
-/* Room for one more reader in a full list: the entries known complete go, else the list grows,
- * else (out of host memory) the oldest entry is waited for on the host, and, complete, goes.
+/* Room for one more entry in a full list: the entries known complete go, else the list grows,
+ * else (out of host memory) the oldest entry is waited for on the host and, complete, goes.
  * False only if that wait fails (the device is lost). */
 static DV_NOINLINE bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
   for (unsigned k = 0; k < t->nreaders;)
@@ -352,24 +367,76 @@ static inline bool room(devrt_runtime* rt, dv_track* t, refs* r) {
   return t->nreaders < t->capreaders || make_room(rt, t, r);
 }
 
-/* Records a read by `slot` at r->ev: replaces that slot's entry, or appends one. */
-DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
+/* Whether the work marked by ev, on `slot`, is known to end after p's: p is an earlier point of
+ * the same stream, or has completed. Both stay true (seq is final for both, dv_pev_done's is). */
+DV_HOT static bool follows(devrt_runtime* rt, const dv_pev* ev, unsigned slot, const dv_pev* p) {
+  return (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <= atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
+         dv_pev_done(rt, p);
+}
+
+/* Keeps p (the caller's reference to it moves here) as `slot`'s entry, covering a write if
+ * `wrote`: an entry of the slot already there keeps the newer of the two points (a stream's newer
+ * point covers its older ones) and covers a write if either did; the other goes. False only if
+ * there is no room and none can be made (the device is lost). */
+DV_HOT static bool keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote, refs* r) {
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
-  if (k < t->nreaders) drop(rt, r, t->readers[k].ev);
-  else if (!room(rt, t, r)) return false;
-  else k = t->nreaders++;
-  t->readers[k] = (dv_wait){slot, r->ev};
-  r->gain++;
+  if (k < t->nreaders) {
+    dv_wait* e = &t->readers[k];
+    bool newer = atomic_load_explicit(&p->seq, memory_order_relaxed) >= atomic_load_explicit(&e->ev->seq, memory_order_relaxed);
+    drop(rt, r, newer ? e->ev : p);
+    if (newer) e->ev = p;
+    e->wrote |= wrote;
+    return true;
+  }
+  if (!room(rt, t, r)) return false;
+  t->readers[t->nreaders++] = (dv_wait){slot, wrote, p};
   return true;
 }
 
-DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r) {
-  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) return;
-  /* a write; or a read there is no room to track (device lost), kept as a write */
-  clear_track(rt, t, r);
+/* Records a read by `slot` at r->ev. */
+DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
+  if (!keep_entry(rt, t, slot, r->ev, false, r)) return false;
+  r->gain++; /* (dropped again by keep_entry if the slot's entry was newer: counted by drop) */
+  return true;
+}
+
+/* Records a write by `slot` at r->ev. What it replaces goes only where the write is known to end
+ * after it: `waited` (the caller's stream waited for everything the track held, as its epoch
+ * shows; the waits realized those marks, so their points are final), or follows(). Anything
+ * else (a use on another stream that the writing stream never waited for: a finish without a
+ * matching prepare, two threads writing one block at once) stays as an entry, so a later write
+ * or free still waits for it; a replaced writer's entry covers a write, so later reads wait for
+ * it as well as for the new writer (two writes not ordered are both "the last"). Entries of the
+ * writer's own slot are compared by seq even when `waited`: a thread sharing the stream may
+ * have marked a later point. */
+DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r, bool waited) {
+  for (unsigned k = 0; k < t->nreaders;) {
+    dv_pev* p = t->readers[k].ev;
+    if ((waited && p->slot != slot) || follows(rt, r->ev, slot, p)) {
+      drop(rt, r, p);
+      t->readers[k] = t->readers[--t->nreaders];
+    } else {
+      k++;
+    }
+  }
+  dv_pev* old = t->writer;
+  if (old) {
+    bool covered = (waited && old->slot != slot) || follows(rt, r->ev, slot, old);
+    if (covered || !keep_entry(rt, t, old->slot, old, true, r)) drop(rt, r, old); /* no room: the device is lost */
+  }
   t->writer = r->ev;
   r->gain++;
+}
+
+DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r, bool waited) {
+  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) {
+    t->epoch++;
+    return;
+  }
+  /* a write; or a read there is no room to track (device lost), kept as a write */
+  record_write(rt, t, slot, r, waited);
+  t->epoch++;
 }
 
 /* ---- groups ---- */
@@ -448,7 +515,9 @@ static bool same_track(const dv_track* a, const dv_track* b) {
   if (a->writer != b->writer || a->nreaders != b->nreaders) return false;
   for (unsigned k = 0; k < a->nreaders; k++) {
     unsigned j = 0;
-    while (j < b->nreaders && (b->readers[j].slot != a->readers[k].slot || b->readers[j].ev != a->readers[k].ev)) j++;
+    while (j < b->nreaders && (b->readers[j].slot != a->readers[k].slot || b->readers[j].ev != a->readers[k].ev ||
+                               b->readers[j].wrote != a->readers[k].wrote))
+      j++;
     if (j == b->nreaders) return false;
   }
   return true;
@@ -487,6 +556,7 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
     if (!ok) break;
   }
   g->n = k, g->live = true;
+  g->t.epoch++;
   gunlock(g);
   refs_apply(rt, &r);
   if (k < n) dissolve(rt, g); /* the members so far get their state back */
@@ -539,7 +609,7 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
   g->pins++;
   gather(rt, &g->t, u[0].access, slot, w, nw, c, n); /* counted as if block by block */
   if (of) *drops = drops_of(&g->t, u[0].access, of);
-  how->g = g, how->gen = g->gen;
+  how->g = g, how->gen = g->gen, how->epoch = g->t.epoch;
   gunlock(g);
   c->grouped++;
   return true;
@@ -567,6 +637,7 @@ static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wa
     b->pins++;
     gather(rt, &b->t, u[k].access, slot, w, nw, &c, 1);
     if (of) d += drops_of(&b->t, u[k].access, of);
+    x->epoch[k] = b->t.epoch;
     unlock(b);
     x->b[k] = b;
   }
@@ -677,8 +748,9 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
     lock_tracked(rt, b);
-    if (ev) {
-      record_use(rt, &b->t, u[k].access, slot, r);
+    DV_ASSERT(!how || (b->pins && !(b->pins & FREEING))); /* pinned: no free can have started */
+    if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
+      record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
       touched(b);
     }
     again = again && b->lastset == set && (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
@@ -705,9 +777,10 @@ DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_
     gunlock(g);
     return finish_each(rt, x, slot, &r, donate, how);
   }
+  DV_ASSERT(g->pins > 0);
   if (ev) {
     refs_give(&r, 1, donate);
-    record_use(rt, &g->t, x->u[0].access, slot, &r);
+    record_use(rt, &g->t, x->u[0].access, slot, &r, g->t.epoch == how->epoch);
   }
   g->pins--;
   gunlock(g);
@@ -909,6 +982,7 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   unsigned n = 0;
   dv_counts c = {0};
   gather(rt, &b->t, DEVRT_ACCESS_WRITE, slot, w, &n, &c, 1);
+  uint32_t epoch = b->t.epoch;
   void* p = b->ptr;
   size_t size = b->size;
   devrt_resource* res = b->res;
@@ -919,6 +993,9 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
   lock(b);
+  /* FREEING refused every use since the gather: the free waited for every use ever recorded
+   * that is not known complete or covered by one it waited for (record_write keeps the rest) */
+  DV_ASSERT(b->pins == FREEING && b->t.epoch == epoch);
   touched(b); /* again: a repeat's fallback may have saved the version while we waited */
   if (st == DEVRT_OK) {
     b->live = false;
@@ -961,7 +1038,7 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_
   if (!b) return st;
   *out = (devrt_block_info){.ptr = b->ptr, .size = b->size, .tag = b->tag, .stream = b->stream,
                             .generation = b->gen, .readers = b->t.nreaders,
-                            .writer_complete = !b->t.writer || dv_pev_done(rt, b->t.writer)};
+                            .writer_complete = !b->t.writer || dv_pev_passed(rt, b->t.writer)};
   unlock(b);
   return DEVRT_OK;
 }
@@ -983,33 +1060,55 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   if (b) {
     dv_counts c = {0};
     gather(rt, &b->t, a, slot, w, &n, &c, 1);
+    uint32_t epoch = b->t.epoch;
     unlock(b);
     st = dv_waits_issue(rt, s, slot, w, n, NULL, 0, &c);
     dv_counts_flush(rt, slot, &c);
+    lock(b); /* the witness a finish on this stream uses, if nothing changed meanwhile */
+    if (st == DEVRT_OK && b->live && b->gen == h >> INDEX_BITS && b->t.epoch == epoch)
+      b->prep_slot = slot + 1, b->prep_write = a & DEVRT_ACCESS_WRITE, b->prep_epoch = epoch;
+    unlock(b);
   }
   WAIT_BUF_FREE(w);
   return st;
+}
+
+/* Takes or gives back a finish's pin on a live block (a free is refused meanwhile). */
+static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = get_tracked(rt, h, "devrt_finish_block_use", &st);
+  if (!b) return st;
+  if (b->pins & FREEING) {
+    unlock(b);
+    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_finish_block_use: block %#" PRIx64 " (tag %s) is being freed by another thread: the use is not recorded",
+                   h, b->tag ? b->tag : "untagged");
+  }
+  b->pins++;
+  unlock(b);
+  *out = b;
+  return DEVRT_OK;
 }
 
 devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream, devrt_access a) {
   dv_stream* s = NULL;
   DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
   unsigned slot = DV_SID_SLOT(stream);
-  devrt_status st = DEVRT_OK;
-  dv_blk* b = get_ready(rt, h, "devrt_finish_block_use", &st); /* check before recording anything */
-  if (!b) return st;
-  unlock(b);
+  dv_blk* b = NULL;
+  DV_CHECK(finish_pin(rt, h, &b)); /* pinned before the record: the free waits for it, or is refused */
   dv_pev* ev = NULL;
-  DV_CHECK(dv_pev_record(rt, slot, s, &ev));
+  devrt_status st = dv_pev_record(rt, slot, s, &ev);
   refs r = {.ev = ev};
-  refs_give(&r, 1, false);
-  if ((b = get_tracked(rt, h, "devrt_finish_block_use", &st)) != NULL) { /* freed meanwhile: nothing to record */
-    record_use(rt, &b->t, a, slot, &r);
+  if (st == DEVRT_OK) refs_give(&r, 1, false);
+  lock_tracked(rt, b);
+  DV_ASSERT(b->pins && !(b->pins & FREEING) && b->live);
+  if (ev) { /* waited: this stream's prepare waited as a write for what the track still holds */
+    record_use(rt, &b->t, a, slot, &r, b->prep_slot == slot + 1 && b->prep_write && b->prep_epoch == b->t.epoch);
     touched(b);
-    unlock(b);
   }
+  b->pins--;
+  unlock(b);
   refs_apply(rt, &r);
-  dv_pev_unref(rt, ev);
+  if (ev) dv_pev_unref(rt, ev);
   return st;
 }
 
@@ -1039,6 +1138,21 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   if (atomic_load(&rt->stack) && devrt_runtime_resource(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
     out->reaped_bytes = f.reaped_bytes;
   return DEVRT_OK;
+}
+
+devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call) {
+  struct dv_blocks* t = rt->blocks;
+  uint32_t used = atomic_load(&t->next), live = 0;
+  const char* tag = NULL;
+  for (uint32_t i = 0; i < used; i++) {
+    dv_blk* b = at(t, i);
+    if (!b) continue;
+    lock(b);
+    if (b->live && !live++) tag = b->tag ? b->tag : "untagged";
+    unlock(b);
+  }
+  if (!live) return DEVRT_OK;
+  return dv_fail(DEVRT_ERR_INVALID_STATE, "%s: %u blocks are still live (one is tagged %s): free them first", call, live, tag);
 }
 
 devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) {

@@ -18,10 +18,14 @@ typedef struct dv_pev {
   _Atomic uint32_t refs;
   uint32_t slot;
   _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
-  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED */
+  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED, DV_PEV_DONE */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
-enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED };
+/* A mark is LAZY until something needs it; one thread then holds it RECORDING while it records
+ * the event (RECORDED) or, finding the point already complete, settles it as DONE without a
+ * record. Only a LAZY mark can move (the repeat path holds it RECORDING while it does), so a
+ * RECORDED or DONE mark's seq is final. */
+enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED, DV_PEV_DONE };
 
 /* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
  * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
@@ -86,8 +90,12 @@ void dv_events_retire(devrt_runtime* rt, unsigned slot);
 static inline void dv_pev_ref(dv_pev* p) { atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); }
 void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n);
 static inline void dv_pev_unref(devrt_runtime* rt, dv_pev* p) { dv_pev_unref_n(rt, p, 1); }
-/* p is known to have completed (a poll or a synchronize saw its slot get past it). */
+/* p is known to have completed (a poll or a synchronize saw its slot get past it) and its point
+ * is final: a judgment that stays true, which is what may drop or skip a wait on it. A lazy mark
+ * is never done here (it could still move); dv_pev_realize settles it. */
 bool dv_pev_done(devrt_runtime* rt, const dv_pev* p);
+/* p's slot got past p's point when last looked at (a snapshot, for reports only). */
+bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p);
 /* Queries each slot's newest event once and advances the slots' watermarks. */
 void dv_events_poll(devrt_runtime* rt);
 /* Stream synchronize hooks: the seq to mark done once the synchronize has returned. */
@@ -96,13 +104,15 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
 static inline bool dv_access_ok(devrt_access a) { return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE; }
-typedef struct dv_wait { unsigned slot; dv_pev* ev; } dv_wait;
+/* A slot's event to wait for; in a track, `wrote` says it covers a write (see record_write). */
+typedef struct dv_wait { unsigned slot; bool wrote; dv_pev* ev; } dv_wait;
 /* The blocks one piece of work touches, each named once, and what tracking keeps of them. */
 typedef struct dv_uses {
   const devrt_block_use* u; /* the caller's list when it names each block once, else `merged` */
   unsigned n;
   struct dv_blk* b[DEVRT_LAUNCH_MAX_USES]; /* each block's record, once pinned block by block */
   uint64_t ver[DEVRT_LAUNCH_MAX_USES];     /* each block's version after the use (the repeat path) */
+  uint32_t epoch[DEVRT_LAUNCH_MAX_USES];   /* each block's track epoch when its waits were gathered */
   devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
 } dv_uses;
 
@@ -115,7 +125,7 @@ typedef struct dv_uses {
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 
 /* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */
-typedef struct dv_pinned { struct dv_group* g; uint64_t gen; } dv_pinned;
+typedef struct dv_pinned { struct dv_group* g; uint64_t gen; uint32_t epoch; } dv_pinned; /* epoch: the group track's */
 
 /* INVALID_ARGUMENT (naming `call`) unless every use's access is READ, WRITE or READ_WRITE. */
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call);
@@ -159,6 +169,8 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
 void dv_block_cancel(devrt_runtime* rt, devrt_block h);
 /* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s);
+/* INVALID_STATE (naming `call` and how many) if any block of rt is live, reserved or not. */
+devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call);
 /* OK if h names a live block (pending or not); else STALE_BLOCK (INVALID_ARGUMENT for 0) with
  * the message set: the checks made before anything is queued. */
 devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call);

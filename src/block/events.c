@@ -70,12 +70,13 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
       s = atomic_load_explicit(&p->rec, memory_order_acquire);
       continue;
     }
-    if (dv_pev_done(rt, p)) return DEVRT_OK; /* complete: nobody needs to wait for it */
+    if (s == DV_PEV_DONE) return DEVRT_OK; /* complete: nobody needs to wait for it */
     /* seq_cst, as dv_events_retire's store and load: one of us sees the other's write */
     if (!atomic_compare_exchange_weak_explicit(&p->rec, &s, DV_PEV_RECORDING, memory_order_seq_cst, memory_order_acquire))
       continue;
     if (p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_seq_cst)) {
-      atomic_store_explicit(&p->rec, DV_PEV_LAZY, memory_order_release);
+      /* complete: settled as DONE, so it can no longer move past work that nobody waits for */
+      atomic_store_explicit(&p->rec, DV_PEV_DONE, memory_order_release);
       return DEVRT_OK;
     }
     devrt_status st = rt->be->event_record(p->ev, rt->slots[p->slot].s);
@@ -87,8 +88,10 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
   return DEVRT_OK;
 }
 
+static bool settled(uint8_t rec) { return rec == DV_PEV_RECORDED || rec == DV_PEV_DONE; }
+
 DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
-  return p && atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED &&
+  return p && !settled(atomic_load_explicit(&p->rec, memory_order_acquire)) &&
          atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
 }
 
@@ -172,8 +175,13 @@ DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
   while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release, memory_order_relaxed));
 }
 
-DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
+DV_HOT bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p) {
   return p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_acquire);
+}
+
+/* A settled mark's seq is final (read after rec, which settles it with release). */
+DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
+  return settled(atomic_load_explicit(&p->rec, memory_order_acquire)) && dv_pev_passed(rt, p);
 }
 
 void dv_events_poll(devrt_runtime* rt) {

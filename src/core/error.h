@@ -3,6 +3,7 @@
 #ifndef DEVRT_CORE_ERROR_H
 #define DEVRT_CORE_ERROR_H
 
+#include <assert.h>
 #include "devrt/status.h"
 
 #if defined(__GNUC__)
@@ -31,6 +32,10 @@
 #define DV_LIKELY(x) (x)
 #define DV_UNLIKELY(x) (x)
 #endif
+
+/* An internal invariant: checked in Debug builds (the sanitizer builds CI runs), compiled out
+ * where NDEBUG is defined (release builds). */
+#define DV_ASSERT(cond) assert(cond)
 
 /* Sets the thread's last error to the formatted message and returns `status`. */
 devrt_status dv_fail(devrt_status status, const char* fmt, ...) DV_PRINTF(2, 3) DV_COLD;

@@ -210,6 +210,7 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_RT_CHECK(rt, "devrt_runtime_destroy");
   DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
   DV_CHECK(dv_layouts_check_none(rt, "devrt_runtime_destroy"));
+  DV_CHECK(dv_blocks_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);

@@ -125,7 +125,8 @@ void dv_stack_fini(devrt_runtime* rt);
 devrt_status dv_queue_init(devrt_runtime* rt);
 devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
-/* The stack's layers forget slot `slot`, whose stream was synchronized and is going away. */
+/* Every layer of rt with per-slot state (the runtime's stack's and those of stacks the caller
+ * built) forgets slot `slot`, whose stream was synchronized and is going away. */
 void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot);
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top);
 

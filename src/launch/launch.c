@@ -166,7 +166,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   WAIT_BUF(rt, w);
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
-  dv_pinned how = {NULL, 0};
+  dv_pinned how = {NULL, 0, 0};
   dv_counts c = {0};
   st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
   if (DV_UNLIKELY(st != DEVRT_OK)) {

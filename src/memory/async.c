@@ -150,6 +150,7 @@ typedef struct async_res {
   pthread_mutex_t ev_mu; /* the free list of events (never destroyed before destroy) */
   dv_event** evs;
   unsigned nev, evcap;
+  dv_slot_user user; /* on the list of layers told when a slot's stream goes away */
 } async_res;
 
 static devrt_status event_take(async_res* a, dv_event** out) {
@@ -340,6 +341,7 @@ static void async_free(async_res* a) {
 }
 
 static void async_destroy(devrt_resource* self) {
+  dv_slot_user_remove(&((async_res*)self)->user);
   uint64_t n = 0;
   async_reap(self, DEVRT_REAP_WAIT, &n); /* a failure leaves nothing more to do than free */
   async_free((async_res*)self);
@@ -424,6 +426,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
     async_free(a);
     return st;
   }
+  dv_slot_user_add(&a->user, &a->base);
   *out = &a->base;
   return DEVRT_OK;
 }

@@ -53,6 +53,7 @@ typedef struct cache {
   slot* slots;
   unsigned nslots;
   _Atomic uint64_t held; /* cached bytes of this layer (for max_cached_bytes) */
+  dv_slot_user user;     /* on the list of layers told when a slot's stream goes away */
   shard sh[NSHARD];
 } cache;
 
@@ -437,6 +438,7 @@ static devrt_status caching_query(devrt_resource* self, devrt_resource_figures* 
 
 static void caching_destroy(devrt_resource* self) {
   cache* c = (cache*)self;
+  dv_slot_user_remove(&c->user);
   devrt_runtime* rt = self->rt;
   uint64_t n = 0;
   if (dv_rt_ok(rt)) release_all(c, &n);
@@ -494,6 +496,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
   c->slots = sl, c->nslots = rt->nslots;
   for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1;
+  dv_slot_user_add(&c->user, &c->base);
   *out = &c->base;
   return DEVRT_OK;
 }

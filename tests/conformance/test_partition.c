@@ -698,6 +698,35 @@ static void test_frees_outlive_streams(void) {
   CHECK_OK(devrt_runtime_destroy(r));
 }
 
+/* A stack the caller built (caching over an async pool) keeps per-stream state too: once a
+ * layout's streams are gone, it must not record on them (its trim closes every stream's epoch). */
+static void test_own_stack_outlives_streams(void) {
+  devrt_resource *a = NULL, *c = NULL;
+  REQUIRE_OK(devrt_async_resource_create(rt, &a));
+  REQUIRE_OK(devrt_caching_resource_create(a, NULL, &c));
+  unsigned n[] = {8, 8};
+  devrt_layout_spec sp = {.sm_counts = n, .count = 2};
+  devrt_layout* L = NULL;
+  REQUIRE_OK(mk_layout(&sp, &L));
+  devrt_stream s = pstream(part(L, 0));
+  void *q = NULL, *q2 = NULL;
+  CHECK_OK(devrt_resource_allocate(c, MiB, s, "own", &q));
+  CHECK_OK(devrt_resource_allocate(a, MiB, s, "own", &q2));
+  if (q) CHECK_OK(devrt_resource_deallocate(c, q, MiB, s)); /* cached on the partition's stream */
+  if (q2) CHECK_OK(devrt_resource_deallocate(a, q2, MiB, s)); /* pending on it */
+  CHECK_OK(devrt_stream_release(rt, s));
+  rm_layout(L);
+  uint64_t released = 0, reaped = 0;
+  CHECK_OK(devrt_resource_trim(c, &released)); /* closed no epoch on the destroyed stream */
+  CHECK(released == MiB);
+  CHECK_OK(devrt_resource_reap(a, DEVRT_REAP_WAIT, &reaped));
+  devrt_resource_figures f;
+  CHECK_OK(devrt_resource_query(a, &f));
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
+  CHECK_OK(devrt_resource_release(c));
+  CHECK_OK(devrt_resource_release(a));
+}
+
 /* ---- 7. fallback and plain streams ---- */
 
 static void check_plain(devrt_layout* L, unsigned requested, unsigned partitions, const char* what) {
@@ -1035,6 +1064,7 @@ int main(void) {
   test_cross_partition();
   test_concurrent();
   test_frees_outlive_streams();
+  test_own_stack_outlives_streams();
   devrt_partition_stats st1 = pstats();
   printf("stats: %llu layouts created, %llu live, %llu fallbacks, %llu plain\n", (unsigned long long)st1.layouts_created,
          (unsigned long long)st1.layouts_live, (unsigned long long)st1.fallbacks, (unsigned long long)st1.plain);
