@@ -12,7 +12,17 @@
  * S wait for what that use must respect: a read waits for the last writer, a write also for
  * every reader. Waits on S's own events or on events already known complete are skipped. After
  * the work is enqueued, devrt_finish_block_use records where it ends. devrt_launch (launch.h)
- * does both for a whole launch, with one event and at most one wait per source stream. */
+ * does both for a whole launch, with one event and at most one wait per source stream.
+ *
+ * The promise. No order of calls lets a free, or a reuse of the block's memory, run before a
+ * recorded use has completed. A write replaces an earlier use only where it is known to end
+ * after it: its stream waited for it (devrt_launch's own waits, or a devrt_prepare_block_use for
+ * WRITE on the same stream with nothing recorded on the block in between), it is an earlier point
+ * of the same stream, or it has completed. Any other use it would replace (a finish with no such
+ * prepare, two threads writing the block at once) stays recorded beside the new writer: later
+ * writes and the free wait for it, and reads wait for a replaced writer too. Such entries count
+ * in devrt_block_info.readers. Ordering the work itself stays the caller's part: a use recorded
+ * on a stream that never waited can still race the uses before it; only the free is safe. */
 #ifndef DEVRT_BLOCK_H
 #define DEVRT_BLOCK_H
 
@@ -39,7 +49,8 @@ typedef struct devrt_block_info {
   const char* tag;          /* as given to devrt_block_alloc (not copied) */
   devrt_stream stream;      /* the stream it was allocated on (that lease may have ended) */
   uint64_t generation;      /* process-wide monotonic (40 bits): every allocation gets a new one */
-  unsigned readers;         /* streams with an outstanding read since the last write */
+  unsigned readers; /* streams with a use a write or free must wait for besides the last
+                     * writer: reads since the last write, and uses it did not follow */
   bool writer_complete;     /* the last write is known to have completed */
 } devrt_block_info;
 
@@ -50,10 +61,11 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
                                devrt_block* out);
 
 /* Frees the block once every use recorded so far has completed: the free is enqueued on the
- * runtime's free stream after waits on the outstanding writer and readers (never on a user's
+ * runtime's free stream after waits on every recorded use not known complete (never on a user's
  * stream, which would make that stream wait for unrelated work), its bytes move from live to
- * pending (or to cached, under a caching layer), and devrt_reap_pending retires them. The handle is stale at once. A block that a
- * launch on another thread is issuing against is refused with INVALID_STATE. Thread-safe. */
+ * pending (or to cached, under a caching layer), and devrt_reap_pending retires them. The handle
+ * is stale at once. A block that a launch or a finish on another thread is recording a use of
+ * is refused with INVALID_STATE (nothing is lost: free it again). Thread-safe. */
 devrt_status devrt_block_free(devrt_runtime* rt, devrt_block block);
 
 /* The device address (host backend: a host address). Thread-safe. */
@@ -65,8 +77,13 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block block, devrt_bl
  * Thread-safe. */
 devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block block, devrt_stream stream,
                                      devrt_access access);
-/* Records an event on `stream` after the work just enqueued: a write replaces the last writer
- * and clears the readers; a read adds or replaces this stream's reader event. Thread-safe. */
+/* Records an event on `stream` after the work just enqueued there (name the stream the work ran
+ * on; work on another stream must be joined into it first): a write becomes the last writer and
+ * replaces what it is known to end after (see the promise above: a prepare for WRITE on this
+ * stream makes that everything); a read adds or replaces this stream's reader event. Declare
+ * what the work does: a write recorded as a read is waited for by writes and the free, not by
+ * other readers. INVALID_STATE, nothing recorded, if another thread is freeing the block.
+ * Thread-safe. */
 devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block block, devrt_stream stream,
                                     devrt_access access);
 

@@ -37,7 +37,9 @@ typedef struct devrt_block_use {
 
 /* Foreign stream-ordered work (a cuBLAS or NCCL call, a memcpy): enqueue it on `native` (a
  * CUstream on cuda, the host backend's stream handle on host) and return its status. Runs on the
- * calling thread, between prepare and record. */
+ * calling thread, between prepare and record. Work it puts on another stream is covered only if
+ * it joins that stream back into `native` before returning (record an event there, wait on it
+ * here): devrt records the launch's end on `native` alone. */
 typedef devrt_status (*devrt_enqueue_fn)(void* user, devrt_stream stream, void* native);
 
 typedef struct devrt_launch_desc {

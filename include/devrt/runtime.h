@@ -66,7 +66,9 @@ devrt_status devrt_runtime_get(int ordinal, devrt_runtime** out);
 devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out);
 
 /* Destroys an owned runtime: synchronizes and destroys its streams, events and pool.
- * INVALID_ARGUMENT for a process-wide runtime or NULL. Not thread-safe with other calls on rt. */
+ * INVALID_ARGUMENT for a process-wide runtime or NULL; INVALID_STATE, destroying nothing, while
+ * a layout, a semaphore or a block of it is alive (the message says which, and how many
+ * blocks). Not thread-safe with other calls on rt. */
 devrt_status devrt_runtime_destroy(devrt_runtime* rt);
 
 typedef struct devrt_runtime_info {

@@ -264,8 +264,10 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
 DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n,
                           dv_counts* c, unsigned wt) {
   if (t->writer) want(rt, slot, t->writer, w, n, c, wt);
-  for (unsigned k = 0; k < t->nreaders; k++) /* a read waits for the entries that cover writes too */
-    if ((a & DEVRT_ACCESS_WRITE) || t->readers[k].wrote) want(rt, slot, t->readers[k].ev, w, n, c, wt);
+  /* a read waits for the entries that cover a write too */
+  for (unsigned k = 0; k < t->nreaders; k++)
+    if ((a & DEVRT_ACCESS_WRITE) || t->readers[k].wrote)
+      want(rt, slot, t->readers[k].ev, w, n, c, wt);
 }
 
 DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
@@ -370,7 +372,8 @@ static inline bool room(devrt_runtime* rt, dv_track* t, refs* r) {
 /* Whether the work marked by ev, on `slot`, is known to end after p's: p is an earlier point of
  * the same stream, or has completed. Both stay true (seq is final for both, dv_pev_done's is). */
 DV_HOT static bool follows(devrt_runtime* rt, const dv_pev* ev, unsigned slot, const dv_pev* p) {
-  return (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <= atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
+  return (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <=
+                                 atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
          dv_pev_done(rt, p);
 }
 
@@ -378,12 +381,14 @@ DV_HOT static bool follows(devrt_runtime* rt, const dv_pev* ev, unsigned slot, c
  * `wrote`: an entry of the slot already there keeps the newer of the two points (a stream's newer
  * point covers its older ones) and covers a write if either did; the other goes. False only if
  * there is no room and none can be made (the device is lost). */
-DV_HOT static bool keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote, refs* r) {
+DV_HOT static bool keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote,
+                              refs* r) {
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
   if (k < t->nreaders) {
     dv_wait* e = &t->readers[k];
-    bool newer = atomic_load_explicit(&p->seq, memory_order_relaxed) >= atomic_load_explicit(&e->ev->seq, memory_order_relaxed);
+    bool newer = atomic_load_explicit(&p->seq, memory_order_relaxed) >=
+                 atomic_load_explicit(&e->ev->seq, memory_order_relaxed);
     drop(rt, r, newer ? e->ev : p);
     if (newer) e->ev = p;
     e->wrote |= wrote;
@@ -410,7 +415,8 @@ DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, ref
  * it as well as for the new writer (two writes not ordered are both "the last"). Entries of the
  * writer's own slot are compared by seq even when `waited`: a thread sharing the stream may
  * have marked a later point. */
-DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r, bool waited) {
+DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r,
+                                bool waited) {
   for (unsigned k = 0; k < t->nreaders;) {
     dv_pev* p = t->readers[k].ev;
     if ((waited && p->slot != slot) || follows(rt, r->ev, slot, p)) {
@@ -423,13 +429,15 @@ DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, r
   dv_pev* old = t->writer;
   if (old) {
     bool covered = (waited && old->slot != slot) || follows(rt, r->ev, slot, old);
-    if (covered || !keep_entry(rt, t, old->slot, old, true, r)) drop(rt, r, old); /* no room: the device is lost */
+    if (covered || !keep_entry(rt, t, old->slot, old, true, r))
+      drop(rt, r, old); /* no room: the device is lost */
   }
   t->writer = r->ev;
   r->gain++;
 }
 
-DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot, refs* r, bool waited) {
+DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot,
+                              refs* r, bool waited) {
   if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) {
     t->epoch++;
     return;
@@ -515,8 +523,9 @@ static bool same_track(const dv_track* a, const dv_track* b) {
   if (a->writer != b->writer || a->nreaders != b->nreaders) return false;
   for (unsigned k = 0; k < a->nreaders; k++) {
     unsigned j = 0;
-    while (j < b->nreaders && (b->readers[j].slot != a->readers[k].slot || b->readers[j].ev != a->readers[k].ev ||
-                               b->readers[j].wrote != a->readers[k].wrote))
+    while (j < b->nreaders &&
+           (b->readers[j].slot != a->readers[k].slot || b->readers[j].ev != a->readers[k].ev ||
+            b->readers[j].wrote != a->readers[k].wrote))
       j++;
     if (j == b->nreaders) return false;
   }
@@ -548,7 +557,8 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
       clear_track(rt, &b->t, &r);
     }
     if (ok) {
-      atomic_store_explicit(&b->group, g, memory_order_relaxed);
+      /* release: publishes g to launches that read b->group without b's lock */
+      atomic_store_explicit(&b->group, g, memory_order_release);
       g->h[k] = u[k].block;
       touched(b);
     }
@@ -600,11 +610,12 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
   unsigned n = x->n;
   if (!n || n > GROUP_MAX || !dv_access_ok(u[0].access)) return false;
   dv_evslot* es = &rt->evslots[slot];
-  dv_group* g = atomic_load_explicit(&es->group, memory_order_relaxed); /* the slot's last group, in the same order */
+  /* the slot's last group, in the same order (acquire: its publication, passed on) */
+  dv_group* g = atomic_load_explicit(&es->group, memory_order_acquire);
   if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
     dv_blk* b0 = record_of(rt, u[0].block);
     if (!b0 || !(g = atomic_load_explicit(&b0->group, memory_order_acquire)) || !group_match(rt, g, u, n, true)) return false;
-    atomic_store_explicit(&es->group, g, memory_order_relaxed);
+    atomic_store_explicit(&es->group, g, memory_order_release); /* passes g's publication on */
   }
   g->pins++;
   gather(rt, &g->t, u[0].access, slot, w, nw, c, n); /* counted as if block by block */
@@ -1080,7 +1091,9 @@ static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
   if (!b) return st;
   if (b->pins & FREEING) {
     unlock(b);
-    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_finish_block_use: block %#" PRIx64 " (tag %s) is being freed by another thread: the use is not recorded",
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_finish_block_use: block %#" PRIx64
+                   " (tag %s) is being freed by another thread: the use is not recorded",
                    h, b->tag ? b->tag : "untagged");
   }
   b->pins++;
@@ -1094,7 +1107,7 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
   unsigned slot = DV_SID_SLOT(stream);
   dv_blk* b = NULL;
-  DV_CHECK(finish_pin(rt, h, &b)); /* pinned before the record: the free waits for it, or is refused */
+  DV_CHECK(finish_pin(rt, h, &b)); /* before the record: a free waits for it, or is refused */
   dv_pev* ev = NULL;
   devrt_status st = dv_pev_record(rt, slot, s, &ev);
   refs r = {.ev = ev};
@@ -1102,7 +1115,8 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   lock_tracked(rt, b);
   DV_ASSERT(b->pins && !(b->pins & FREEING) && b->live);
   if (ev) { /* waited: this stream's prepare waited as a write for what the track still holds */
-    record_use(rt, &b->t, a, slot, &r, b->prep_slot == slot + 1 && b->prep_write && b->prep_epoch == b->t.epoch);
+    record_use(rt, &b->t, a, slot, &r,
+               b->prep_slot == slot + 1 && b->prep_write && b->prep_epoch == b->t.epoch);
     touched(b);
   }
   b->pins--;
@@ -1152,7 +1166,9 @@ devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call) {
     unlock(b);
   }
   if (!live) return DEVRT_OK;
-  return dv_fail(DEVRT_ERR_INVALID_STATE, "%s: %u blocks are still live (one is tagged %s): free them first", call, live, tag);
+  return dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "%s: %u blocks are still live (one is tagged %s): free them first", call, live,
+                 tag);
 }
 
 devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) {

@@ -18,7 +18,7 @@ typedef struct dv_pev {
   _Atomic uint32_t refs;
   uint32_t slot;
   _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
-  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (by one thread), DV_PEV_RECORDED, DV_PEV_DONE */
+  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
 /* A mark is LAZY until something needs it; one thread then holds it RECORDING while it records
@@ -105,14 +105,18 @@ void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 /* block.c: the steps of a tracked use. */
 static inline bool dv_access_ok(devrt_access a) { return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE; }
 /* A slot's event to wait for; in a track, `wrote` says it covers a write (see record_write). */
-typedef struct dv_wait { unsigned slot; bool wrote; dv_pev* ev; } dv_wait;
+typedef struct dv_wait {
+  unsigned slot;
+  bool wrote;
+  dv_pev* ev;
+} dv_wait;
 /* The blocks one piece of work touches, each named once, and what tracking keeps of them. */
 typedef struct dv_uses {
   const devrt_block_use* u; /* the caller's list when it names each block once, else `merged` */
   unsigned n;
   struct dv_blk* b[DEVRT_LAUNCH_MAX_USES]; /* each block's record, once pinned block by block */
   uint64_t ver[DEVRT_LAUNCH_MAX_USES];     /* each block's version after the use (the repeat path) */
-  uint32_t epoch[DEVRT_LAUNCH_MAX_USES];   /* each block's track epoch when its waits were gathered */
+  uint32_t epoch[DEVRT_LAUNCH_MAX_USES];   /* each block's track epoch when gathered */
   devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
 } dv_uses;
 
@@ -125,7 +129,11 @@ typedef struct dv_uses {
 #define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
 
 /* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */
-typedef struct dv_pinned { struct dv_group* g; uint64_t gen; uint32_t epoch; } dv_pinned; /* epoch: the group track's */
+typedef struct dv_pinned {
+  struct dv_group* g;
+  uint64_t gen;
+  uint32_t epoch;
+} dv_pinned; /* epoch: the group track's */
 
 /* INVALID_ARGUMENT (naming `call`) unless every use's access is READ, WRITE or READ_WRITE. */
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call);

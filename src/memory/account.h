@@ -107,7 +107,10 @@ void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
 /* Every async pool and caching layer alive, of any runtime, user-built stacks' too, is on one
  * process-wide list (stack.c) from its creation to its destroy, so dv_stack_forget_slot reaches
  * them all. A layer embeds the node. */
-typedef struct dv_slot_user { devrt_resource* r; struct dv_slot_user *prev, *next; } dv_slot_user;
+typedef struct dv_slot_user {
+  devrt_resource* r;
+  struct dv_slot_user *prev, *next;
+} dv_slot_user;
 void dv_slot_user_add(dv_slot_user* u, devrt_resource* r);
 void dv_slot_user_remove(dv_slot_user* u);
 

@@ -91,8 +91,10 @@ void dv_slot_user_add(dv_slot_user* u, devrt_resource* r) {
 
 void dv_slot_user_remove(dv_slot_user* u) {
   pthread_mutex_lock(&slot_users_mu);
-  if (u->prev) u->prev->next = u->next;
-  else slot_users = u->next;
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    slot_users = u->next;
   if (u->next) u->next->prev = u->prev;
   pthread_mutex_unlock(&slot_users_mu);
 }

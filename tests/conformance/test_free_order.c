@@ -127,8 +127,10 @@ static void foreign_work_joined(devrt_runtime* rt, const devrt_stream* s) {
   joined j = {rt, s[2], NULL, x};
   REQUIRE_OK(devrt_event_create(rt, DEVRT_EVENT_DEFAULT, &j.ev));
   devrt_block_use u = {x, DEVRT_ACCESS_WRITE};
-  devrt_launch_desc d = {.stream = s[1], .enqueue = enqueue_joined, .user = &j, .uses = &u, .nuses = 1};
-  CHECK_OK(devrt_prepare_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE)); /* the other stream waits too */
+  devrt_launch_desc d = {
+      .stream = s[1], .enqueue = enqueue_joined, .user = &j, .uses = &u, .nuses = 1};
+  CHECK_OK(
+      devrt_prepare_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE)); /* the other stream waits too */
   CHECK_OK(devrt_launch(rt, &d));
   CHECK_OK(devrt_block_free(rt, x));
   reuse_fill(rt, s[0], r, CANARY);

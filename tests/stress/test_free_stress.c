@@ -13,14 +13,14 @@ enum { THREADS = 6, SLOTS = 6, NW = 256 };
 
 typedef struct slot {
   pthread_rwlock_t lk; /* write: replacing the block; read: a foreign use, prepare to finish */
-  devrt_block b;       /* guarded by lk */
-  uint32_t value;      /* guarded by lk: what b's fill writes */
+  devrt_block b; /* guarded by lk */
+  uint32_t value; /* guarded by lk: what b's fill writes */
 } slot;
 
 static devrt_runtime* rt;
 static kernels K;
 static slot slots[SLOTS];
-static int iters = 300;
+static int iters = 2000;
 static unsigned seed0;
 
 typedef struct worker {
@@ -37,12 +37,16 @@ static devrt_stream any_stream(worker* w) { return w->s[rnd(w, 3)]; }
 static uint64_t delay(worker* w) { return (uint64_t)rnd(w, 4) * 250000; /* 0 to 0.75 ms */ }
 
 static void fail(worker* w, const char* what, devrt_status st) {
-  if (!w->errors++) fprintf(stderr, "thread %d: %s: %s: %s\n", w->id, what, devrt_status_name(st), devrt_last_error());
+  if (!w->errors++)
+    fprintf(stderr, "thread %d: %s: %s: %s\n", w->id, what, devrt_status_name(st),
+            devrt_last_error());
 }
 
 /* A racing free makes a use STALE_BLOCK (freed first) or INVALID_STATE (being freed): refused
  * with nothing recorded, as the headers say. */
-static bool refused(devrt_status st) { return st == DEVRT_ERR_STALE_BLOCK || st == DEVRT_ERR_INVALID_STATE; }
+static bool refused(devrt_status st) {
+  return st == DEVRT_ERR_STALE_BLOCK || st == DEVRT_ERR_INVALID_STATE;
+}
 
 /* Frees slot i's block (unless a use on another thread is issuing against it) and puts a new one
  * there, written by a slow fill with a value no other block has had. */
@@ -55,7 +59,8 @@ static void replace(worker* w, int i) {
     devrt_block b = 0;
     uint32_t v = (uint32_t)w->id << 24 | (++w->made & 0xffffff);
     st = devrt_block_alloc(rt, NW * 4, any_stream(w), "shared", &b);
-    if (st == DEVRT_OK && (st = k_fill(rt, &K, any_stream(w), b, v, NW, delay(w), true)) != DEVRT_OK) {
+    if (st == DEVRT_OK &&
+        (st = k_fill(rt, &K, any_stream(w), b, v, NW, delay(w), true)) != DEVRT_OK) {
       devrt_block_free(rt, b);
       b = 0;
     }
@@ -78,8 +83,9 @@ static void check(worker* w, devrt_stream s, uint32_t v) {
   for (int k = 0; k < NW; k++) wrong += got[k] != v;
   w->checked++;
   if (wrong && !w->corrupt++)
-    fprintf(stderr, "thread %d: read %#x where the block holds %#x (%llu words): freed under its use\n", w->id,
-            got[0], v, (unsigned long long)wrong);
+    fprintf(stderr,
+            "thread %d: read %#x where the block holds %#x (%llu words): freed under its use\n",
+            w->id, got[0], v, (unsigned long long)wrong);
 }
 
 /* A recorded slow copy of the slot's block into scratch, declared READ, WRITE or READ_WRITE. */
@@ -96,9 +102,12 @@ static void tracked_read(worker* w, int i) {
   devrt_block_use u[] = {{b, (devrt_access)(1 + rnd(w, 3))}, {w->scratch, DEVRT_ACCESS_WRITE}};
   devrt_status st = src ? k_run(rt, s, K.slow_copy, NW, args, u, 2) : DEVRT_ERR_STALE_BLOCK;
   w->reads++;
-  if (refused(st)) w->refused++;
-  else if (st != DEVRT_OK) fail(w, "devrt_launch", st);
-  else check(w, s, v); /* recorded before any free of b, which must wait for it */
+  if (refused(st))
+    w->refused++;
+  else if (st != DEVRT_OK)
+    fail(w, "devrt_launch", st);
+  else
+    check(w, s, v); /* recorded before any free of b, which must wait for it */
 }
 
 /* Foreign uses of the slot's block between prepare and finish, in one of several orders; the
@@ -115,15 +124,18 @@ static void foreign(worker* w, int i) {
   devrt_status st = b ? DEVRT_OK : DEVRT_ERR_STALE_BLOCK;
   if (st == DEVRT_OK && mode <= 2) {
     devrt_access prep = mode == 2 ? DEVRT_ACCESS_WRITE : DEVRT_ACCESS_READ;
-    devrt_access fin = mode == 0 ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE; /* mode 1: WRITE after a READ prepare */
+    devrt_access fin =
+        mode == 0 ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE; /* mode 1: WRITE after a READ prepare */
     if ((st = devrt_prepare_block_use(rt, b, s, prep)) == DEVRT_OK &&
         (st = devrt_prepare_block_use(rt, w->scratch, s, DEVRT_ACCESS_WRITE)) == DEVRT_OK &&
         (st = devrt_memcpy_async(rt, bptr(rt, w->scratch), bptr(rt, b), NW * 4, s)) == DEVRT_OK &&
         (st = devrt_finish_block_use(rt, w->scratch, s, DEVRT_ACCESS_WRITE)) == DEVRT_OK)
       st = devrt_finish_block_use(rt, b, s, fin);
   } else if (st == DEVRT_OK) {
-    if (mode == 4) st = devrt_prepare_block_use(rt, b, t, DEVRT_ACCESS_WRITE); /* then finished on s */
-    if (st == DEVRT_OK) st = devrt_finish_block_use(rt, b, s, mode == 5 ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE);
+    if (mode == 4)
+      st = devrt_prepare_block_use(rt, b, t, DEVRT_ACCESS_WRITE); /* then finished on s */
+    if (st == DEVRT_OK)
+      st = devrt_finish_block_use(rt, b, s, mode == 5 ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE);
   }
   pthread_rwlock_unlock(&sl->lk);
   if (st == DEVRT_ERR_STALE_BLOCK && !b) return;
@@ -145,13 +157,18 @@ static void* run(void* arg) {
   for (int it = 0; it < iters; it++) {
     unsigned op = rnd(w, 100);
     int i = (int)rnd(w, SLOTS);
-    if (op < 20) replace(w, i);
-    else if (op < 60) tracked_read(w, i);
-    else if (op < 95) foreign(w, i);
-    else if (devrt_reap_pending(rt, 0, NULL) != DEVRT_OK) fail(w, "devrt_reap_pending", DEVRT_ERR_BACKEND_ERROR);
+    if (op < 20)
+      replace(w, i);
+    else if (op < 60)
+      tracked_read(w, i);
+    else if (op < 95)
+      foreign(w, i);
+    else if (devrt_reap_pending(rt, 0, NULL) != DEVRT_OK)
+      fail(w, "devrt_reap_pending", DEVRT_ERR_BACKEND_ERROR);
   }
   for (int k = 0; k < 3; k++) devrt_stream_synchronize(rt, w->s[k]);
-  if (devrt_block_free(rt, w->scratch) != DEVRT_OK) fail(w, "devrt_block_free (scratch)", DEVRT_ERR_INVALID_STATE);
+  if (devrt_block_free(rt, w->scratch) != DEVRT_OK)
+    fail(w, "devrt_block_free (scratch)", DEVRT_ERR_INVALID_STATE);
   for (int k = 0; k < 3; k++) devrt_stream_release(rt, w->s[k]);
   return NULL;
 }
@@ -188,10 +205,13 @@ static void phase(bool cache) {
   }
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
   devrt_block_stats st = bstats(rt);
-  printf("cache %s: %d threads x %d rounds: %u blocks made, %llu recorded reads, %llu copies checked, %llu "
-         "corrupt, %llu refused by a racing free, %llu errors\n",
-         cache ? "on" : "off", THREADS, iters, sum.made, (unsigned long long)sum.reads, (unsigned long long)sum.checked,
-         (unsigned long long)sum.corrupt, (unsigned long long)sum.refused, (unsigned long long)sum.errors);
+  printf(
+      "cache %s: %d threads x %d rounds: %u blocks made, %llu recorded reads, %llu copies checked, "
+      "%llu "
+      "corrupt, %llu refused by a racing free, %llu errors\n",
+      cache ? "on" : "off", THREADS, iters, sum.made, (unsigned long long)sum.reads,
+      (unsigned long long)sum.checked, (unsigned long long)sum.corrupt,
+      (unsigned long long)sum.refused, (unsigned long long)sum.errors);
   CHECK(sum.corrupt == 0);
   CHECK(sum.errors == 0);
   CHECK(sum.checked > 0);
@@ -208,7 +228,8 @@ int main(void) {
   }
   env = getenv("DEVRT_STRESS_SEED");
   seed0 = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-  printf("seed %u (DEVRT_STRESS_SEED=%u repeats the choices; the interleaving is the machine's)\n", seed0, seed0);
+  printf("seed %u (DEVRT_STRESS_SEED=%u repeats the choices; the interleaving is the machine's)\n",
+         seed0, seed0);
   phase(false);
   phase(true);
   return t_done();
