@@ -47,7 +47,7 @@ typedef struct devrt_launch_desc {
   devrt_kernel* kernel;       /* the work: a kernel, or ... */
   devrt_enqueue_fn enqueue;   /* ... foreign work (exactly one of the two) */
   void* user;                 /* passed to enqueue */
-  unsigned grid[3], block[3]; /* 0 in y or z means 1 */
+  unsigned grid[3], block[3]; /* 0 in y or z means 1; CUDA's limits hold on every backend */
   unsigned shared_bytes;
   void** args;                /* CUDA kernelParams: one pointer per argument */
   const devrt_block_use* uses;

@@ -71,9 +71,12 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   if (bud && *bud) {
     size_t len = strlen(bud);
     char* end;
+    errno = 0; /* ERANGE: a number past 2^64 - 1 is as malformed as any other */
     unsigned long long x = strtoull(bud, &end, 10);
-    if (bud[len - 1] == '%' && end == bud + len - 1 && x >= 1 && x <= 100) cfg->budget_percent = (unsigned)x, cfg->budget_bytes = 0;
-    else if (*end == 0 && bud[0] != '-' && x > 0) cfg->budget_bytes = x;
+    bool in_range = errno == 0 && bud[0] != '-';
+    if (in_range && bud[len - 1] == '%' && end == bud + len - 1 && x >= 1 && x <= 100)
+      cfg->budget_percent = (unsigned)x, cfg->budget_bytes = 0;
+    else if (in_range && *end == 0 && x > 0) cfg->budget_bytes = x;
     else return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_BUDGET=\"%s\" is neither bytes (> 0) nor a percentage (1%%..100%%)", bud);
   }
   const char* c = getenv("DEVRT_CACHE");
@@ -97,8 +100,9 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
   if (p && *p) {
     char* end;
+    errno = 0;
     long x = strtol(p, &end, 10);
-    if (*end || x < -64 || x > 64)
+    if (errno || end == p || *end || x < -64 || x > 64)
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
     cfg->stream_priority = (int)x;
   }

@@ -96,6 +96,23 @@ DV_COLD static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
   return st;
 }
 
+/* CUDA's limits on a launch's shape, which the host backend must refuse as the GPU would: code
+ * that passes on the host backend is not refused by the GPU for its shape. */
+static DV_NOINLINE DV_COLD devrt_status bad_shape(const devrt_launch_desc* d) {
+  const unsigned *g = d->grid, *b = d->block;
+  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "devrt_launch: kernel %s: grid {%u, %u, %u} or block {%u, %u, %u} is outside CUDA's "
+                 "limits (grid x 1..2^31-1, y and z up to 65535; block x and y up to 1024, z up to "
+                 "64, at most 1024 threads; 0 in y or z means 1)",
+                 d->kernel->name, g[0], g[1], g[2], b[0], b[1], b[2]);
+}
+
+static DV_INLINE bool shape_ok(const unsigned* g, const unsigned* b) {
+  uint64_t threads = (uint64_t)b[0] * (b[1] ? b[1] : 1) * (b[2] ? b[2] : 1);
+  return g[0] >= 1 && g[0] <= 0x7fffffffu && g[1] <= 65535 && g[2] <= 65535 && b[0] >= 1 &&
+         b[0] <= 1024 && b[1] <= 1024 && b[2] <= 64 && threads <= 1024;
+}
+
 /* What can be checked of a launch before touching a block or a stream, but its uses' accesses. */
 static DV_INLINE devrt_status head_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch", "give exactly one of kernel %p and enqueue", (void*)d->kernel);
@@ -104,8 +121,7 @@ static DV_INLINE devrt_status head_check(devrt_runtime* rt, const devrt_launch_d
     DV_ARG_CHECK(atomic_load_explicit(&k->magic, memory_order_relaxed) == KERNEL_MAGIC, "devrt_launch",
                  "kernel %p is not a kernel, or its module was unloaded", (void*)k);
     DV_ARG_CHECK(k->rt == rt, "devrt_launch", "kernel %s belongs to another runtime", k->name);
-    DV_ARG_CHECK(d->grid[0] && d->block[0], "devrt_launch", "grid.x %u or block.x %u is 0 (kernel %s)", d->grid[0],
-                 d->block[0], k->name);
+    if (DV_UNLIKELY(!shape_ok(d->grid, d->block))) return bad_shape(d);
   }
   DV_ARG_CHECK(d->nuses <= DEVRT_LAUNCH_MAX_USES && (d->uses || !d->nuses), "devrt_launch",
                "%u uses (at most %u) at %p", d->nuses, DEVRT_LAUNCH_MAX_USES, (const void*)d->uses);

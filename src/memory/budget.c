@@ -54,12 +54,16 @@ static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const c
 }
 
 /* The pressure ladder: step 0 a non-blocking reap, 1 a trim and reap, 2 (if configured) a
- * blocking reap; false when there is no further step. */
+ * blocking reap; false when there is no further step. What step 1's trim gives back is idle
+ * memory on its way to the pool, so that reap waits for it (as allocators that empty their
+ * cache on a miss synchronize): the trim then helps the allocation that caused it. */
 static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
   devrt_resource* up = b->r.upstream;
   if (b->parent || step > 2 || (step == 2 && !b->wait_for_pending)) return false;
-  if (step == 1) *st = devrt_resource_trim(up, NULL);
-  if (*st == DEVRT_OK) *st = devrt_resource_reap(up, step == 2 ? DEVRT_REAP_WAIT : 0, NULL);
+  uint64_t trimmed = 0;
+  if (step == 1) *st = devrt_resource_trim(up, &trimmed);
+  unsigned flags = step == 2 || trimmed ? DEVRT_REAP_WAIT : 0;
+  if (*st == DEVRT_OK) *st = devrt_resource_reap(up, flags, NULL);
   return true;
 }
 

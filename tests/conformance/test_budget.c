@@ -185,6 +185,27 @@ int main(void) {
   CHECK_OK(devrt_stream_release(rt2, s2));
   CHECK_OK(devrt_runtime_destroy(rt2));
 
+  /* The default stack under a 1 MiB budget: what the cache holds is idle memory that the
+   * budget's own trim gives back, and the allocation that needed it gets it (the trim's frees
+   * are waited for, not left pending). */
+  for (int round = 0; round < 20; round++) {
+    REQUIRE_OK(devrt_config_init(&cfg));
+    cfg.budget_bytes = MiB, cfg.cache = true;
+    devrt_runtime* rt3 = t_runtime_cfg(&cfg);
+    REQUIRE_OK(devrt_runtime_resource(rt3, &top));
+    devrt_stream s3;
+    REQUIRE_OK(devrt_stream_acquire(rt3, DEVRT_ACQUIRE_FAIL, &s3));
+    void* small[16];
+    for (int i = 0; i < 16; i++) CHECK_OK(devrt_resource_allocate(top, 64 << 10, s3, "small", &small[i]));
+    for (int i = 0; i < 16; i++) CHECK_OK(devrt_resource_deallocate(top, small[i], 64 << 10, s3));
+    CHECK_OK(devrt_reap_pending(rt3, DEVRT_REAP_WAIT, NULL));
+    p = NULL;
+    CHECK_OK(devrt_resource_allocate(top, 512 << 10, s3, "after the trim", &p));
+    if (p) CHECK_OK(devrt_resource_deallocate(top, p, 512 << 10, s3));
+    CHECK_OK(devrt_stream_release(rt3, s3));
+    CHECK_OK(devrt_runtime_destroy(rt3));
+  }
+
   CHECK_OK(devrt_stream_release(rt, s));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();

@@ -279,11 +279,22 @@ static void refused(void) {
   d.kernel = K.fill;
   d.grid[0] = 0;
   CHECK_STATUS(devrt_launch(rt, &d), DEVRT_ERR_INVALID_ARGUMENT);
+  /* shapes CUDA refuses are refused on every backend, before anything is enqueued */
+  const unsigned bad[][6] = {{1, 65536, 1, 256, 1, 1}, {16, 1u << 20, 1u << 20, 256, 1, 1},
+                             {1u << 31, 1, 1, 256, 1, 1}, {1, 1, 1, 2048, 1, 1},
+                             {1, 1, 1, 32, 64, 1}, {1, 1, 1, 1, 1, 65}, {1, 1, 1, 0, 1, 1}};
+  for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+    memcpy(d.grid, bad[i], sizeof d.grid), memcpy(d.block, bad[i] + 3, sizeof d.block);
+    CHECK_STATUS(devrt_launch(rt, &d), DEVRT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(devrt_last_error(), "outside CUDA's limits") != NULL);
+  }
+  memset(d.grid, 0, sizeof d.grid), memset(d.block, 0, sizeof d.block);
+  d.block[0] = 256;
   refusals = bstats(rt).refused_launches - st0.refused_launches;
   st1 = bstats(rt);
   CHECK(st1.waits_inserted == st0.waits_inserted && st1.events_recorded == st0.events_recorded &&
         st1.launches == st0.launches && st1.blocks_live == st0.blocks_live);
-  CHECK(refusals == 9);
+  CHECK(refusals == 16);
   CHECK(streams_in_use() == in_use);
   for (int i = 0; i < 4; i++) CHECK(same_info(info(b[i]), before[i]));
   CHECK(before[0].readers == 0 && !before[0].writer_complete && before[1].readers == 1);

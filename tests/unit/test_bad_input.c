@@ -33,6 +33,19 @@ int main(void) {
   setenv("DEVRT_STREAMS", "0", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
   unsetenv("DEVRT_STREAMS");
+  const char* budgets[] = {"99999999999999999999999", "18446744073709551616", "-1", "0", "101%",
+                           "99999999999999999999999%", "12x"};
+  for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) { /* overflow is malformed too */
+    setenv("DEVRT_BUDGET", budgets[i], 1);
+    BAD(devrt_config_init(&cfg), "DEVRT_BUDGET");
+  }
+  setenv("DEVRT_BUDGET", "18446744073709551615", 1); /* 2^64 - 1 itself is a number */
+  CHECK_OK(devrt_config_init(&cfg));
+  CHECK(cfg.budget_bytes == UINT64_MAX);
+  unsetenv("DEVRT_BUDGET");
+  setenv("DEVRT_STREAM_PRIORITY", "99999999999999999999999", 1);
+  BAD(devrt_config_init(&cfg), "DEVRT_STREAM_PRIORITY");
+  unsetenv("DEVRT_STREAM_PRIORITY");
   setenv("DEVRT_BACKEND", "gpu", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_BACKEND");
   unsetenv("DEVRT_BACKEND");
