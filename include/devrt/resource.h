@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 typedef struct devrt_resource devrt_resource;
-typedef struct dv_mem_account dv_mem_account; /* devrt-internal shared figures of one stack */
+typedef struct devrt_account devrt_account; /* the shared figures of one stack (devrt's, opaque) */
 
 typedef struct devrt_memory_counter {
   int64_t current, peak, total;
@@ -63,8 +63,8 @@ struct devrt_resource {
   const char* name;
   devrt_runtime* rt;
   devrt_resource* upstream;
-  dv_mem_account* account;
-  _Atomic int refs;
+  devrt_account* account; /* devrt's: set by devrt_resource_init */
+  int refs;               /* devrt's: the reference count, which devrt changes atomically */
 };
 
 /* Initialises the head: one reference, retains upstream (may be NULL for a leaf), inherits its

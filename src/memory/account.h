@@ -24,7 +24,8 @@ typedef struct dv_acct_shard {
                                                 observed; cached: in a caching layer's free lists */
 } dv_acct_shard;
 
-struct dv_mem_account {
+typedef struct devrt_account dv_mem_account;
+struct devrt_account {
   dv_acct_shard sh[DV_SHARDS];
   /* live + pending + cached as one word: what the stack holds of the device. A leaf admits new
    * memory with one compare-and-swap against `limit` before it asks the pool (from then on it is
@@ -151,7 +152,7 @@ dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_async_deallocate;
 
 #define DV_RES_CHECK(r, call)                                                                      \
   do {                                                                                             \
-    if (DV_UNLIKELY(!(r) || !(r)->vtable || atomic_load_explicit(&(r)->refs, memory_order_relaxed) <= 0)) \
+    if (DV_UNLIKELY(!(r) || !(r)->vtable || __atomic_load_n(&(r)->refs, __ATOMIC_RELAXED) <= 0)) \
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call, (void*)(r)); \
   } while (0)
 

@@ -90,26 +90,26 @@ devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable*
   if (upstream) {
     DV_RES_CHECK(upstream, "devrt_resource_init");
     DV_ARG_CHECK(upstream->rt == rt, "devrt_resource_init", "upstream %s belongs to another runtime", upstream->name);
-    atomic_fetch_add(&upstream->refs, 1);
+    __atomic_fetch_add(&upstream->refs, 1, __ATOMIC_RELAXED); /* refs: a plain int in the header */
   }
   r->vtable = vt;
   r->name = name ? name : "user";
   r->rt = rt;
   r->upstream = upstream;
   r->account = upstream ? upstream->account : r->account;
-  atomic_store(&r->refs, 1);
+  __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE);
   return DEVRT_OK;
 }
 
 devrt_status devrt_resource_retain(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_resource_retain");
-  atomic_fetch_add(&r->refs, 1);
+  __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
   return DEVRT_OK;
 }
 
 devrt_status devrt_resource_release(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_resource_release");
-  while (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+  while (r && __atomic_fetch_sub(&r->refs, 1, __ATOMIC_ACQ_REL) == 1) {
     devrt_resource* up = r->upstream;
     r->vtable->destroy(r);
     r = up;

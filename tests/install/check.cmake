@@ -28,6 +28,10 @@ run(${CMAKE_COMMAND} -S ${SRC}/tests/install/consumer -B ${BIN}/consumer -DCMAKE
 run(${CMAKE_COMMAND} --build ${BIN}/consumer)
 run(${CMAKE_COMMAND} -E env DEVRT_BACKEND=host ${BIN}/consumer/consumer)
 message(STATUS "find_package consumer: ${last_out}")
+foreach(std 11 17 20)
+  run(${CMAKE_COMMAND} -E env DEVRT_BACKEND=host ${BIN}/consumer/consumer_cxx${std})
+  message(STATUS "find_package consumer, C++${std}: ${last_out}")
+endforeach()
 
 # pkg-config --cflags --libs devrt (read from the .pc file where pkg-config is not installed)
 get_filename_component(pcdir ${pc} DIRECTORY)
