@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "bench.h"
+#include "json.h"
 
 uint64_t bench_now_ns(void) {
   struct timespec t;
@@ -35,8 +36,10 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
   b->opts = o;
   b->suite = suite;
   b->rows = 0;
+  char dev[512];
   if (o->json)
-    printf("{\"suite\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"unit\":\"ns/op\",\"results\":[", suite, backend, device);
+    printf("{\"suite\":\"%s\",\"backend\":\"%s\",\"device\":%s,\"unit\":\"ns/op\",\"results\":[", suite,
+           backend, json_quote(dev, sizeof dev, device));
   else
     printf("devrt bench %s on %s (%s backend); ns per op: median [p10, p90] over rounds; ratio and overhead: of\n"
            "each round against the raw round beside it, median [p10, p90] and the median's 95%% interval\n"
@@ -82,13 +85,17 @@ static void report(bench_suite* b, bench_row* w, int rounds, double* d, double* 
   double ci_lo = q[lo < 0 ? 0 : lo], ci_hi = q[hi >= rounds ? rounds - 1 : hi];
   b->devrt = w->devrt = sd, b->raw = w->raw = sr;
   bool steady = sr.p90 <= UNSTEADY * sr.p10;
-  if (b->opts->json)
-    printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},"
-           "\"raw\":{\"median\":%.1f,\"p10\":%.1f,\"p90\":%.1f},\"ratio\":%.3f,\"ratio_p10\":%.3f,\"ratio_p90\":%.3f,"
-           "\"ratio_ci95\":[%.3f,%.3f],\"overhead_ns\":%.1f,\"raw_steady\":%s}",
-           b->rows ? "," : "", w->op, w->iters, w->raw_iters, rounds, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90,
-           sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median, steady ? "true" : "false");
-  else
+  if (b->opts->json) {
+    char n[12][32]; /* every measured number through json_num: a ratio over a zero time is null */
+    printf("%s\n {\"op\":\"%s\",\"iters\":%d,\"raw_iters\":%d,\"rounds\":%d,\"devrt\":{\"median\":%s,\"p10\":%s,\"p90\":%s},"
+           "\"raw\":{\"median\":%s,\"p10\":%s,\"p90\":%s},\"ratio\":%s,\"ratio_p10\":%s,\"ratio_p90\":%s,"
+           "\"ratio_ci95\":[%s,%s],\"overhead_ns\":%s,\"raw_steady\":%s}",
+           b->rows ? "," : "", w->op, w->iters, w->raw_iters, rounds, json_num(n[0], "%.1f", sd.median),
+           json_num(n[1], "%.1f", sd.p10), json_num(n[2], "%.1f", sd.p90), json_num(n[3], "%.1f", sr.median),
+           json_num(n[4], "%.1f", sr.p10), json_num(n[5], "%.1f", sr.p90), json_num(n[6], "%.3f", sq.median),
+           json_num(n[7], "%.3f", sq.p10), json_num(n[8], "%.3f", sq.p90), json_num(n[9], "%.3f", ci_lo),
+           json_num(n[10], "%.3f", ci_hi), json_num(n[11], "%.1f", so.median), steady ? "true" : "false");
+  } else
     printf("%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f %+8.1f%s\n", w->op, sd.median,
            sd.p10, sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90, ci_lo, ci_hi, so.median,
            steady ? "" : "  (unsteady host)");

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+#include "json.h"
 #include "core/runtime.h"
 #ifdef DEVRT_HAVE_CUDA
 #include "driver/cuda_driver.h"
@@ -125,12 +126,6 @@ static const char* num(char* buf, bool have, const char* fmt, double v, const ch
   return buf;
 }
 
-/* A message made safe inside a JSON string: quotes and backslashes become ', controls spaces. */
-static void json_safe(char* s) {
-  for (; *s; s++)
-    if (*s == '"' || *s == '\\') *s = '\'';
-    else if ((unsigned char)*s < 0x20) *s = ' ';
-}
 
 static uint64_t rnd(pctx* c) { /* xorshift64 */
   c->rng ^= c->rng << 13, c->rng ^= c->rng >> 7, c->rng ^= c->rng << 17;
@@ -560,7 +555,6 @@ static int setup(pctx* c, const cli_opts* o) {
              c->plan_a.isolated ? "" : ", not isolated");
   else if (s == DEVRT_ERR_UNSUPPORTED) {
     snprintf(c->skip_a, sizeof c->skip_a, "UNSUPPORTED: %s", devrt_last_error());
-    json_safe(c->skip_a);
   } else return bench_fail(BENCH_SUITE, "devrt_layout_plan_get (partition layout)", s);
   TRY("devrt_layout_plan_get (plain layout)", devrt_layout_plan_get(c->rt, &c->spec_b, &c->plan_b));
   if (c->have_a) { /* a driver may still refuse green contexts (MPS, a virtual GPU): skip, as unsupported */
@@ -568,8 +562,7 @@ static int setup(pctx* c, const cli_opts* o) {
     if (s == DEVRT_ERR_UNSUPPORTED) {
       c->have_a = false;
       snprintf(c->skip_a, sizeof c->skip_a, "devrt_layout_create: UNSUPPORTED: %s", devrt_last_error());
-      json_safe(c->skip_a);
-    } else if (s != DEVRT_OK) return bench_fail(BENCH_SUITE, "devrt_layout_create (partition layout)", s);
+      } else if (s != DEVRT_OK) return bench_fail(BENCH_SUITE, "devrt_layout_create (partition layout)", s);
   }
   if (c->have_a && partitions_of(c, c->a, &c->a_crit, &c->a_bg, &c->ia_crit, &c->ia_bg, &c->sa_crit, &c->sa_bg))
     return -1;
@@ -778,7 +771,11 @@ static void report(bench_suite* b, pctx* c, const results* r) {
                 c->ia_crit.sm_count, bg_sms, share, yn(c->ia_crit.isolated && c->ia_bg.isolated),
                 yn(c->plan_a.structured_split), c->ia_crit.streams, c->ia_bg.streams, c->ia_crit.priority,
                 c->ia_bg.priority);
-    else bench_cat(buf, sizeof buf, "\"partition_layout\":{\"supported\":false,\"reason\":\"%s\"},", c->skip_a);
+    else {
+      char why[640];
+      bench_cat(buf, sizeof buf, "\"partition_layout\":{\"supported\":false,\"reason\":%s},",
+                json_quote(why, sizeof why, c->skip_a));
+    }
     bench_cat(buf, sizeof buf,
               "\"plain_layout\":{\"isolated\":%s,\"sms\":[%u,%u],\"priorities\":[%d,%d]},\"latency\":{",
               yn(c->ib_crit.isolated || c->ib_bg.isolated), c->ib_crit.sm_count, c->ib_bg.sm_count, c->ib_crit.priority,

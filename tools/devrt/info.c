@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include "cli.h"
 #include "devrt/devrt.h"
+#include "json.h"
 
 static const unsigned split_sizes[] = {8, 16, 32, 64};
 #define NSPLIT (sizeof split_sizes / sizeof split_sizes[0])
@@ -28,7 +29,11 @@ int cli_info(const cli_opts* o) {
   devrt_runtime* rt;
   devrt_status s = devrt_runtime_get(o->ordinal, &rt);
   if (s != DEVRT_OK) {
-    if (o->json) printf("{\"error\":\"%s\",\"message\":\"%s\"}\n", devrt_status_name(s), devrt_last_error());
+    if (o->json) {
+      printf("{\"error\":\"%s\",\"message\":", devrt_status_name(s));
+      json_str(devrt_last_error());
+      printf("}\n");
+    }
     else fprintf(stderr, "devrt info: %s: %s\n", devrt_status_name(s), devrt_last_error());
     return 1;
   }
@@ -47,13 +52,16 @@ int cli_info(const cli_opts* o) {
   devrt_status ls[NLAYOUT];
   for (unsigned i = 0; i < NLAYOUT; i++) ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
   if (o->json) {
-    printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":\"%s\",\n", devrt_version(),
-           devrt_built_with_cuda() ? "true" : "false", ri.backend_name, ri.backend_reason);
-    printf(" \"device\":{\"ordinal\":%d,\"name\":\"%s\",\"compute_capability\":\"%d.%d\",\"sm_count\":%d,"
+    printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":", devrt_version(),
+           devrt_built_with_cuda() ? "true" : "false", ri.backend_name);
+    json_str(ri.backend_reason);
+    printf(",\n \"device\":{\"ordinal\":%d,\"name\":", d.ordinal);
+    json_str(d.name);
+    printf(",\"compute_capability\":\"%d.%d\",\"sm_count\":%d,"
            "\"total_memory\":%llu,\"driver_version\":%d,\"memory_pools\":%s,\"green_contexts\":%s,"
            "\"green_ctx_streams\":%s,\"structured_split\":%s,\"min_partition_sms\":%u,\"sm_alignment\":%u,"
            "\"stream_priorities\":[%d,%d],\"stream_pool_size\":%u,\n  \"splits\":[",
-           d.ordinal, d.name, d.cc_major, d.cc_minor, d.sm_count, (unsigned long long)d.total_memory, d.driver_version,
+           d.cc_major, d.cc_minor, d.sm_count, (unsigned long long)d.total_memory, d.driver_version,
            d.memory_pools ? "true" : "false", d.green_contexts ? "true" : "false", d.green_ctx_streams ? "true" : "false",
            d.structured_split ? "true" : "false", d.min_partition_sms, d.sm_alignment, d.priority_least,
            d.priority_greatest, ri.stream_pool_size);

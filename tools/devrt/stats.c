@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "json.h"
 #include "devrt/devrt.h"
 
 enum { NSTREAMS = 4, NBLOCKS = 8, NLAUNCHES = 64, NELEMS = 1024 };
@@ -101,9 +102,13 @@ static void cleanup(work* w) {
 }
 
 static int fail(const cli_opts* o, const char* what, devrt_status s) {
-  if (o->json)
-    printf("{\"error\":\"%s\",\"call\":\"%s\",\"message\":\"%s\"}\n", devrt_status_name(s), what, devrt_last_error());
-  else
+  if (o->json) {
+    printf("{\"error\":\"%s\",\"call\":", devrt_status_name(s));
+    json_str(what);
+    printf(",\"message\":");
+    json_str(devrt_last_error());
+    printf("}\n");
+  } else
     fprintf(stderr, "devrt stats: %s: %s: %s\n", what, devrt_status_name(s), devrt_last_error());
   return 1;
 }
@@ -117,8 +122,10 @@ static void print_json(const work* w, const char* backend, const devrt_block_sta
 #define JSON_FIELD(v, x) printf("%s\"" #x "\":%llu", sep, (unsigned long long)(v)->x), sep = ",";
   BLOCK_STATS(JSON_FIELD, bs)
   printf("},\n \"resource\":{\"stack\":[");
-  for (const devrt_resource* r = stack; r; r = devrt_resource_upstream(r))
-    printf("%s\"%s\"", r == stack ? "" : ",", devrt_resource_name(r));
+  for (const devrt_resource* r = stack; r; r = devrt_resource_upstream(r)) {
+    printf("%s", r == stack ? "" : ",");
+    json_str(devrt_resource_name(r));
+  }
   printf("]");
   FIGURES(JSON_FIELD, f)
 #undef JSON_FIELD

@@ -1,0 +1,78 @@
+"""test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
+parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
+reason quotes a library name), stats, an error, and each bench with few rounds.
+
+    python3 test_cli_json.py PATH/TO/devrt
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+DEVRT = None
+
+
+def run(args, backend="host", **env):
+    e = dict(os.environ, **env)
+    e.pop("DEVRT_BACKEND", None)
+    if backend:
+        e["DEVRT_BACKEND"] = backend
+    p = subprocess.run([DEVRT, *args, "--json"], capture_output=True, text=True, env=e, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def finite(doc):
+    """Every number in doc is finite (non-finite ones must be written as null)."""
+    if isinstance(doc, float):
+        return math.isfinite(doc)
+    if isinstance(doc, dict):
+        return all(finite(v) for v in doc.values())
+    if isinstance(doc, list):
+        return all(finite(v) for v in doc)
+    return True
+
+
+class CliJson(unittest.TestCase):
+    def parse(self, args, backend="host", want_rc=0, **env):
+        rc, out, err = run(args, backend, **env)
+        self.assertEqual(rc, want_rc, f"devrt {' '.join(args)}: exit {rc}\n{err}")
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as e:
+            self.fail(f"devrt {' '.join(args)} --json is not JSON ({e}):\n{out[:2000]}")
+        self.assertTrue(finite(doc), f"devrt {' '.join(args)}: a number is not finite")
+        return doc
+
+    def test_info(self):
+        doc = self.parse(["info"])
+        self.assertEqual(doc["backend"], "host")
+
+    def test_info_after_refused_cuda(self):
+        # auto: the cuda backend is tried first; its refusal names dlopen("...") in quotes
+        doc = self.parse(["info"], backend=None, DEVRT_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
+        self.assertEqual(doc["backend"], "host")
+        if doc["built_with_cuda"]:
+            self.assertIn('"/nonexistent/libcuda.so.1"', doc["backend_reason"])
+
+    def test_error(self):
+        doc = self.parse(["info", "--ordinal", "7"], want_rc=1)
+        self.assertIn("error", doc)
+        self.assertTrue(doc["message"])
+
+    def test_stats(self):
+        doc = self.parse(["stats"])
+        self.assertIn("block_stats", doc)
+
+    def test_benches(self):
+        for suite in ["device", "alloc", "launch", "sem", "partition"]:
+            with self.subTest(suite=suite):
+                doc = self.parse(["bench", suite, "--rounds", "3"])
+                self.assertEqual(doc["suite"], suite)
+                self.assertTrue(doc["results"])
+
+
+if __name__ == "__main__":
+    DEVRT = sys.argv.pop(1)
+    unittest.main()
