@@ -1,6 +1,7 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
-reason quotes a library name), stats, an error, and each bench with few rounds.
+reason quotes a library name), stats, an error, and each bench with few rounds; and devrt info
+says what the host backend emulates.
 
     python3 test_cli_json.py PATH/TO/devrt
 """
@@ -48,6 +49,15 @@ class CliJson(unittest.TestCase):
     def test_info(self):
         doc = self.parse(["info"])
         self.assertEqual(doc["backend"], "host")
+        # the host backend says what it emulates, and its example layouts fit it
+        self.assertTrue(doc["device"]["emulated"])
+        self.assertIsNone(doc["device"]["compute_capability"])
+        self.assertEqual([x["status"] for x in doc["layouts"]], ["OK"] * len(doc["layouts"]))
+        e = dict(os.environ, DEVRT_BACKEND="host")
+        text = subprocess.run([DEVRT, "info"], capture_output=True, text=True, env=e).stdout
+        self.assertIn("emulated by CPU threads", text)
+        self.assertNotIn("compute capability 0.0", text)
+        self.assertNotIn("INVALID_ARGUMENT", text)
 
     def test_info_after_refused_cuda(self):
         # auto: the cuda backend is tried first; its refusal names dlopen("...") in quotes
