@@ -46,60 +46,59 @@ static devrt_block_info info(devrt_runtime* rt, devrt_block b) {
   return i;
 }
 
+/* Frees x while its uses may still run, hands blocks of its size out again on stream `on` with a
+ * canary, and once every stream is idle checks that no old use wrote over a canary. */
+static void free_and_reuse(devrt_runtime* rt, const devrt_stream* s, devrt_block x,
+                           devrt_stream on) {
+  devrt_block r[REUSE];
+  CHECK_OK(devrt_block_free(rt, x));
+  reuse_fill(rt, on, r, CANARY);
+  idle(rt, s, 3);
+  CHECK(reuse_wrong(rt, on, r, CANARY) == 0);
+}
+
 /* The four steps: a slow write on b, a finish for WRITE on c with no prepare, a free. */
 static void finish_without_prepare(devrt_runtime* rt, const devrt_stream* s) {
-  devrt_block x = 0, r[REUSE];
+  devrt_block x = 0;
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
   CHECK_OK(k_fill(rt, &K, s[1], x, 1, NW, SLOW, true));
   CHECK_OK(devrt_finish_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE));
   CHECK(info(rt, x).readers == 1); /* the slow write stays: c never waited for it */
-  CHECK_OK(devrt_block_free(rt, x));
-  reuse_fill(rt, s[0], r, CANARY);
-  idle(rt, s, 3);
-  CHECK(reuse_wrong(rt, s[0], r, CANARY) == 0);
+  free_and_reuse(rt, s, x, s[0]);
 }
 
 /* A prepare on c, then a finish for WRITE on b, which never waited for the slow write on a. */
 static void prepare_here_finish_there(devrt_runtime* rt, const devrt_stream* s) {
-  devrt_block x = 0, r[REUSE];
+  devrt_block x = 0;
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
   CHECK_OK(k_fill(rt, &K, s[0], x, 2, NW, SLOW, true));
   CHECK_OK(devrt_prepare_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE));
   CHECK_OK(devrt_finish_block_use(rt, x, s[1], DEVRT_ACCESS_WRITE));
   CHECK(info(rt, x).readers == 1);
-  CHECK_OK(devrt_block_free(rt, x));
-  reuse_fill(rt, s[1], r, CANARY);
-  idle(rt, s, 3);
-  CHECK(reuse_wrong(rt, s[1], r, CANARY) == 0);
+  free_and_reuse(rt, s, x, s[1]);
 }
 
 /* A prepare for READ, work that writes, a finish for READ: the free still waits for it. */
 static void read_declared_write(devrt_runtime* rt, const devrt_stream* s) {
-  devrt_block x = 0, r[REUSE];
+  devrt_block x = 0;
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
   CHECK_OK(devrt_prepare_block_use(rt, x, s[2], DEVRT_ACCESS_READ));
   CHECK_OK(k_fill(rt, &K, s[2], x, 3, NW, SLOW, false)); /* untracked: the caller's own work */
   CHECK_OK(devrt_finish_block_use(rt, x, s[2], DEVRT_ACCESS_READ));
-  CHECK_OK(devrt_block_free(rt, x));
-  reuse_fill(rt, s[0], r, CANARY);
-  idle(rt, s, 3);
-  CHECK(reuse_wrong(rt, s[0], r, CANARY) == 0);
+  free_and_reuse(rt, s, x, s[0]);
 }
 
 /* A slow read on b, then a write recorded on c that never waited for it: the read stays, so it
  * still reads x, not the canary of memory handed out again. */
 static void readers_a_write_never_waited_for(devrt_runtime* rt, const devrt_stream* s) {
-  devrt_block x = 0, y = 0, r[REUSE];
+  devrt_block x = 0, y = 0;
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[1], "y", &y));
   CHECK_OK(k_fill(rt, &K, s[0], x, 4, NW, 0, true));
   CHECK_OK(k_copy(rt, &K, s[1], y, x, NW, SLOW, true));
   CHECK_OK(devrt_finish_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE));
   CHECK(info(rt, x).readers >= 1); /* the read, and the fill unless it is known complete */
-  CHECK_OK(devrt_block_free(rt, x));
-  reuse_fill(rt, s[0], r, CANARY);
-  idle(rt, s, 3);
-  CHECK(reuse_wrong(rt, s[0], r, CANARY) == 0);
+  free_and_reuse(rt, s, x, s[0]);
   CHECK(b_wrong(rt, s[1], y, NW, 4) == 0); /* the copy read x itself */
   CHECK_OK(devrt_block_free(rt, y));
 }
@@ -122,7 +121,7 @@ static devrt_status enqueue_joined(void* user, devrt_stream stream, void* native
 }
 
 static void foreign_work_joined(devrt_runtime* rt, const devrt_stream* s) {
-  devrt_block x = 0, r[REUSE];
+  devrt_block x = 0;
   REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
   joined j = {rt, s[2], NULL, x};
   REQUIRE_OK(devrt_event_create(rt, DEVRT_EVENT_DEFAULT, &j.ev));
@@ -132,10 +131,7 @@ static void foreign_work_joined(devrt_runtime* rt, const devrt_stream* s) {
   CHECK_OK(
       devrt_prepare_block_use(rt, x, s[2], DEVRT_ACCESS_WRITE)); /* the other stream waits too */
   CHECK_OK(devrt_launch(rt, &d));
-  CHECK_OK(devrt_block_free(rt, x));
-  reuse_fill(rt, s[0], r, CANARY);
-  idle(rt, s, 3);
-  CHECK(reuse_wrong(rt, s[0], r, CANARY) == 0);
+  free_and_reuse(rt, s, x, s[0]);
   CHECK_OK(devrt_event_destroy(rt, j.ev));
 }
 
