@@ -32,8 +32,10 @@ typedef enum devrt_status {
  * Thread-safe. */
 const char* devrt_status_name(devrt_status status);
 
-/* Message of the most recent failing devrt call on this thread ("" if none).
- * The pointer stays valid until the thread's next failing devrt call. Thread-safe (thread-local). */
+/* The message of the devrt call this thread made last, if it failed: "" once a call succeeded
+ * (every call clears it on entry), so the status a call returned and the message read after it
+ * describe the same failure. The pointer stays valid until the thread's next devrt call.
+ * Thread-safe (thread-local). */
 const char* devrt_last_error(void);
 
 #ifdef __cplusplus

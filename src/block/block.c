@@ -939,7 +939,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0, NULL)) == DEVRT_OK && (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
       (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
-    devrt_resource_deallocate(top, p, size, stream); /* the first error is the one reported */
+    DV_KEEP_ERROR(devrt_resource_deallocate(top, p, size, stream)); /* the first error stands */
   if (st != DEVRT_OK) {
     dv_block_cancel(rt, h);
     return st;

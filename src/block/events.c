@@ -213,7 +213,10 @@ void dv_events_retire(devrt_runtime* rt, unsigned slot) {
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed), cur = atomic_load(&es->done_seq);
   while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur, seq)) { /* seq_cst: see dv_pev_realize */
   }
-  for (dv_pev* p = es->all; p; p = p->all) /* no new record starts; one in progress finishes on the live stream */
-    while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
+  dv_pev* all = es->all; /* a node's `all` never changes once it is on the list */
   dv_spin_unlock(&es->mu);
+  /* No new record starts (done_seq covers every mark); one in progress finishes on the live
+   * stream: wait for it outside the lock (the slot's stream is not destroyed before). */
+  for (dv_pev* p = all; p; p = p->all)
+    while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
 }

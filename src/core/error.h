@@ -4,6 +4,7 @@
 #define DEVRT_CORE_ERROR_H
 
 #include <assert.h>
+#include <stdbool.h>
 #include "devrt/status.h"
 
 #if defined(__GNUC__)
@@ -43,6 +44,24 @@
 
 /* Sets the thread's last error to the formatted message and returns `status`. */
 devrt_status dv_fail(devrt_status status, const char* fmt, ...) DV_PRINTF(2, 3) DV_COLD;
+
+/* The last-error contract (status.h): every public call clears the message on entry (the entry
+ * checks, DV_RT_CHECK and its kind, do it), so the message a caller reads belongs to the call that
+ * just failed, and a call that succeeded leaves none. Cleanup that runs after a failure, public
+ * calls included, runs under DV_KEEP_ERROR: neither its clears nor its own failures touch the
+ * message of the failure being returned. */
+enum { DV_ERROR_SET = 1, DV_ERROR_KEEP = 2 }; /* DV_ERROR_KEEP per DV_KEEP_ERROR level */
+extern DV_TLS unsigned dv_error_state; /* SET: the message is not "" (initial-exec: one load) */
+void dv_error_reset(void);
+static inline void dv_error_clear(void) {
+  if (DV_UNLIKELY(dv_error_state == DV_ERROR_SET)) dv_error_reset();
+}
+#define DV_KEEP_ERROR(stmt)                  \
+  do {                                       \
+    dv_error_state += DV_ERROR_KEEP;         \
+    stmt;                                    \
+    dv_error_state -= DV_ERROR_KEEP;         \
+  } while (0)
 
 #define DV_CHECK(expr)                    \
   do {                                    \

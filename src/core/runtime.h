@@ -88,6 +88,7 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
 
 #define DV_RT_CHECK(rt, call)                                                              \
   do {                                                                                     \
+    dv_error_clear(); /* a public call's entry: see error.h */                             \
     if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                        \
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: runtime %p is NULL or destroyed", call, \
                      (void*)(rt));                                                         \

@@ -210,7 +210,8 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
 done:;
   static DV_TLS unsigned launches; /* this thread's: no shared word for the count */
   if (DV_UNLIKELY(++launches % REAP_EVERY == 0) && atomic_load_explicit(&rt->stack, memory_order_relaxed))
-    devrt_reap_pending(rt, 0, NULL); /* opportunistic: a failure here belongs to no launch */
+    if (devrt_reap_pending(rt, 0, NULL) != DEVRT_OK) /* opportunistic: a failure here */
+      dv_error_clear();                                 /* belongs to no launch */
   return DEVRT_OK;
 }
 
@@ -227,6 +228,6 @@ DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) 
   devrt_stream id = 0;
   if ((st = devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id)) != DEVRT_OK) return refuse(rt, st);
   if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK) st = dv_launch_issue(rt, d, id, s, NULL);
-  devrt_stream_release(rt, id);
+  DV_KEEP_ERROR(devrt_stream_release(rt, id));
   return st;
 }

@@ -152,6 +152,7 @@ dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_async_deallocate;
 
 #define DV_RES_CHECK(r, call)                                                                      \
   do {                                                                                             \
+    dv_error_clear(); /* a public call's entry: see error.h */                                     \
     if (DV_UNLIKELY(!(r) || !(r)->vtable || __atomic_load_n(&(r)->refs, __ATOMIC_RELAXED) <= 0)) \
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call, (void*)(r)); \
   } while (0)

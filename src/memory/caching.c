@@ -416,8 +416,9 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
 }
 
 static devrt_status caching_trim(devrt_resource* self, uint64_t* released) {
-  devrt_status st = release_all((cache*)self, released);
-  devrt_status up = devrt_resource_trim(self->upstream, NULL);
+  devrt_status st = release_all((cache*)self, released), up = DEVRT_OK;
+  if (st == DEVRT_OK) up = devrt_resource_trim(self->upstream, NULL);
+  else DV_KEEP_ERROR(devrt_resource_trim(self->upstream, NULL)); /* the first error stands */
   return st != DEVRT_OK ? st : up;
 }
 

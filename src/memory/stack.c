@@ -10,7 +10,7 @@
     devrt_resource* next_ = NULL;              \
     devrt_status s_ = (call);                  \
     if (s_ != DEVRT_OK) {                      \
-      devrt_resource_release(*(top));          \
+      DV_KEEP_ERROR(devrt_resource_release(*(top))); \
       return s_;                               \
     }                                          \
     devrt_resource_release(*(top));            \

@@ -77,7 +77,7 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
   if (waits) atomic_fetch_add_explicit(&rt->q->dwaits, waits, memory_order_relaxed);
   dv_pev* ev = NULL;
   if (st == DEVRT_OK) st = do_work(a, id, s, &ev);
-  if (!a->stream && id) devrt_stream_release(rt, id);
+  if (!a->stream && id) DV_KEEP_ERROR(devrt_stream_release(rt, id));
   if (st != DEVRT_OK) {
     char msg[DV_MSG], what[128];
     snprintf(msg, sizeof msg, "%s failed: %s", describe(a, what, sizeof what), devrt_last_error());

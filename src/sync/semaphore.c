@@ -13,7 +13,11 @@
 #define NOT_YET DEVRT_STATUS_COUNT_      /* internal: a wait not satisfied yet */
 
 bool dv_sem_ok(devrt_semaphore* s) { return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC; }
-#define SEM_CHECK(s, call) DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s))
+#define SEM_CHECK(s, call)                                                                    \
+  do {                                                                                        \
+    dv_error_clear(); /* a public call's entry: see error.h */                                \
+    DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s));        \
+  } while (0)
 
 static uint64_t now_ns(void) {
   struct timespec t;

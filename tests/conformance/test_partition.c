@@ -88,7 +88,8 @@ static devrt_status mk_layout(const devrt_layout_spec* sp, devrt_layout** out) {
     CHECK(c0 == c1); /* created or refused, the caller's current context is unchanged */
   }
 #endif
-  devrt_partition_stats after = pstats();
+  devrt_partition_stats after;
+  DV_KEEP_ERROR(after = pstats()); /* a refusal's message stays for the caller's check */
   if (st == DEVRT_OK) {
     CHECK(*out != NULL);
     CHECK(after.layouts_live == before.layouts_live + 1 && after.layouts_created == before.layouts_created + 1);
