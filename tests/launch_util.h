@@ -5,6 +5,7 @@
 #define DEVRT_TEST_LAUNCH_UTIL_H
 
 #include "test.h"
+#include "block/block.h"
 
 typedef struct kernels {
   devrt_module* mod;
@@ -27,6 +28,10 @@ static inline void* bptr(devrt_runtime* rt, devrt_block b) {
   void* p = NULL;
   return devrt_block_ptr(rt, b, &p) == DEVRT_OK ? p : NULL;
 }
+
+/* Which launch paths ran (white-box: the tests of the repeat path and of groups). */
+static inline uint64_t repeated(devrt_runtime* rt) { return dv_block_paths_get(rt).launches_repeated; }
+static inline uint64_t grouped(devrt_runtime* rt) { return dv_block_paths_get(rt).launches_grouped; }
 
 static inline devrt_block_stats bstats(devrt_runtime* rt) {
   devrt_block_stats st;

@@ -93,9 +93,6 @@ typedef struct devrt_block_stats {
   uint64_t waits_inserted;
   uint64_t waits_skipped_same_stream, waits_skipped_complete, waits_coalesced;
   uint64_t events_recorded, events_reused, events_created; /* pooled events: reused + created */
-  uint64_t marks_deferred; /* launches that recorded no event: their point was recorded later, or never, as needed */
-  uint64_t launches_repeated; /* launches that repeated the stream's previous uses: no block locked or written */
-  uint64_t launches_grouped;  /* launches whose blocks (used as one set before) were tracked as one group record */
   uint64_t deferred_frees, reaped_bytes;
   uint64_t stale_refusals, refused_launches, launches;
 } devrt_block_stats;

@@ -1139,8 +1139,8 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
     dv_spin_lock(&e->mu);
     out->waits_inserted += e->n.waits, out->waits_skipped_same_stream += e->n.same;
     out->waits_skipped_complete += e->n.complete, out->waits_coalesced += e->n.coalesced;
-    out->launches += e->n.launches, out->launches_repeated += e->n.repeats, out->launches_grouped += e->n.grouped;
-    out->events_recorded += e->recorded + e->n.late, out->events_reused += e->reused, out->marks_deferred += e->deferred;
+    out->launches += e->n.launches;
+    out->events_recorded += e->recorded + e->n.late, out->events_reused += e->reused;
     dv_spin_unlock(&e->mu);
   }
   out->deferred_frees = frees;
@@ -1169,6 +1169,17 @@ devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call) {
   return dv_fail(DEVRT_ERR_INVALID_STATE,
                  "%s: %u blocks are still live (one is tagged %s): free them first", call, live,
                  tag);
+}
+
+dv_block_paths dv_block_paths_get(devrt_runtime* rt) {
+  dv_block_paths p = {0, 0, 0};
+  for (unsigned i = 0; i < rt->nslots; i++) {
+    dv_evslot* e = &rt->evslots[i];
+    dv_spin_lock(&e->mu);
+    p.marks_deferred += e->deferred, p.launches_repeated += e->n.repeats, p.launches_grouped += e->n.grouped;
+    dv_spin_unlock(&e->mu);
+  }
+  return p;
 }
 
 devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) {

@@ -177,6 +177,12 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
 void dv_block_cancel(devrt_runtime* rt, devrt_block h);
 /* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s);
+/* Which of the launch paths ran (the optimizer's own counters, for white-box tests and benches;
+ * devrt_block_stats reports behaviour): marks recorded lazily, launches that took the repeat
+ * path, launches tracked through a group. */
+typedef struct dv_block_paths { uint64_t marks_deferred, launches_repeated, launches_grouped; } dv_block_paths;
+dv_block_paths dv_block_paths_get(devrt_runtime* rt);
+
 /* INVALID_STATE (naming `call` and how many) if any block of rt is live, reserved or not. */
 devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call);
 /* OK if h names a live block (pending or not); else STALE_BLOCK (INVALID_ARGUMENT for 0) with

@@ -486,7 +486,7 @@ static void backend_failures(void) {
   CHECK_OK(devrt_block_stats_get(rt, &st0));
   CHECK_OK(k_fill(rt, &K, S[1], x, 0x5e, N, D, true));
   CHECK_OK(devrt_block_stats_get(rt, &st1));
-  CHECK(st1.events_recorded == st0.events_recorded && st1.marks_deferred - st0.marks_deferred == 1);
+  CHECK(st1.events_recorded == st0.events_recorded && st1.launches - st0.launches == 1);
   devrt_block_info before = info(x);
   rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
   CHECK_STATUS(k_fill(rt, &K, S[0], x, 0x6f, N, 0, true), DEVRT_ERR_BACKEND_ERROR);

@@ -152,7 +152,7 @@ static void phase_groups(int nthreads) {
   /* The threads start on a live group: a first use of the set, a second that groups it, a third
    * through the group (the order alternates, so no launch takes the repeat path). How often the
    * threads form it again among themselves is down to timing. */
-  devrt_block_stats seed = bstats(rt);
+  uint64_t seed = grouped(rt);
   void* x0 = bptr(rt, shared[0]);
   uint32_t v = 0;
   uint64_t n = N;
@@ -161,8 +161,8 @@ static void phase_groups(int nthreads) {
   for (int i = 0; i < GN; i++)
     all[0][i] = (devrt_block_use){shared[i], DEVRT_ACCESS_WRITE}, all[1][GN - 1 - i] = all[0][i];
   for (int i = 0; i < 3; i++) CHECK_OK(k_run(rt, s, K.fill, n, fill_args, all[i & 1], GN));
-  devrt_block_stats st0 = bstats(rt);
-  CHECK(st0.launches_grouped - seed.launches_grouped == 1);
+  uint64_t g0 = grouped(rt), r0 = repeated(rt), live0 = bstats(rt).blocks_live;
+  CHECK(g0 - seed == 1);
   worker w[MAX_THREADS];
   pthread_t t[MAX_THREADS];
   for (int i = 0; i < nthreads; i++) {
@@ -174,14 +174,12 @@ static void phase_groups(int nthreads) {
     pthread_join(t[i], NULL);
     errors += w[i].errors, checked += w[i].checked;
   }
-  devrt_block_stats st = bstats(rt);
   printf("%d threads x %d calls on one shared set: %llu errors; %llu launches grouped, %llu repeated\n", nthreads, iters,
-         (unsigned long long)errors, (unsigned long long)(st.launches_grouped - st0.launches_grouped),
-         (unsigned long long)(st.launches_repeated - st0.launches_repeated));
+         (unsigned long long)errors, (unsigned long long)(grouped(rt) - g0), (unsigned long long)(repeated(rt) - r0));
   CHECK(errors == 0 && checked == (uint64_t)nthreads * (uint64_t)iters);
   for (int i = 0; i < GN; i++) CHECK_OK(devrt_block_free(rt, shared[i])); /* no pin left behind */
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
-  CHECK(bstats(rt).blocks_live == st0.blocks_live - GN);
+  CHECK(bstats(rt).blocks_live == live0 - GN);
   CHECK_OK(devrt_stream_release(rt, s));
 }
 

@@ -13,7 +13,7 @@ enum { NSTREAMS = 4, NBLOCKS = 8, NLAUNCHES = 64, NELEMS = 1024 };
 #define BLOCK_STATS(X, v)                                                                          \
   X(v, blocks_allocated) X(v, blocks_live) X(v, waits_inserted) X(v, waits_skipped_same_stream)     \
   X(v, waits_skipped_complete) X(v, waits_coalesced) X(v, events_recorded) X(v, events_reused)      \
-  X(v, events_created) X(v, marks_deferred) X(v, launches_repeated) X(v, launches_grouped) X(v, deferred_frees) X(v, reaped_bytes) X(v, stale_refusals)                 \
+  X(v, events_created) X(v, deferred_frees) X(v, reaped_bytes) X(v, stale_refusals)               \
   X(v, refused_launches) X(v, launches)
 #define FIGURES(X, v)                                                                              \
   X(v, live_bytes) X(v, pending_bytes) X(v, cached_bytes) X(v, limit_bytes) X(v, available_bytes)   \
