@@ -332,23 +332,12 @@ DV_HOT static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
   t->epoch++;
 }
 
-DV_HOT static bool grow(dv_track* t, unsigned need) {
-  if (need <= t->capreaders) return true;
-  unsigned cap = t->capreaders * 2u > need ? t->capreaders * 2u : need;
-  if (cap > UINT16_MAX) cap = UINT16_MAX; /* one entry per stream slot at most */
-  if (cap < need) return false;
-  dv_wait* v = malloc(cap * sizeof *v);
-  if (!v) return false;
-  memcpy(v, t->readers, t->nreaders * sizeof *v);
-  if (t->readers != t->inl) free(t->readers);
-  t->readers = v, t->capreaders = cap;
-  return true;
-}
-
-/* Room for one more entry in a full list: the entries known complete go, else the list grows,
- * else (out of host memory) the oldest entry is waited for on the host and, complete, goes.
- * False only if that wait fails (the device is lost). */
-static DV_NOINLINE bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
+/* Room for the one entry a record adds at most. A record runs under its track's lock and never
+ * allocates, frees or waits there: has_room() drops the entries known complete (atomics only)
+ * and says whether one is free; if none is, the caller drops its lock, calls grow_unlocked(),
+ * takes the lock again and asks again (the track may have changed meanwhile). */
+DV_HOT static bool has_room(devrt_runtime* rt, dv_track* t, refs* r) {
+  if (DV_LIKELY(t->nreaders < t->capreaders)) return true;
   for (unsigned k = 0; k < t->nreaders;)
     if (dv_pev_done(rt, t->readers[k].ev)) {
       drop(rt, r, t->readers[k].ev);
@@ -356,18 +345,40 @@ static DV_NOINLINE bool make_room(devrt_runtime* rt, dv_track* t, refs* r) {
     } else {
       k++;
     }
-  if (grow(t, t->nreaders + 1)) return true;
-  dv_pev* p = t->readers[0].ev;
-  if (dv_pev_realize(rt, p, NULL) != DEVRT_OK ||
-      (atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED && rt->be->event_sync(p->ev) != DEVRT_OK))
-    return false;
-  drop(rt, r, p);
-  t->readers[0] = t->readers[--t->nreaders];
-  return true;
+  return t->nreaders < t->capreaders;
 }
-static inline bool room(devrt_runtime* rt, dv_track* t, refs* r) {
-  return t->nreaders < t->capreaders || make_room(rt, t, r);
+
+/* With t's lock (*mu) not held, its owner kept alive by the caller: installs a list twice as long
+ * (allocated and the old one freed outside the lock), or, out of host memory, waits on the host
+ * for the oldest entry (then known complete: the next has_room drops it). False if neither could
+ * be done (the device is lost). */
+static DV_NOINLINE bool grow_unlocked(devrt_runtime* rt, dv_track* t, dv_spin* mu) {
+  dv_spin_lock(mu);
+  unsigned cap = t->capreaders * 2u;
+  dv_pev* oldest = t->nreaders ? t->readers[0].ev : NULL;
+  if (oldest) dv_pev_ref(oldest);
+  dv_spin_unlock(mu);
+  dv_wait *v = cap <= UINT16_MAX ? malloc(cap * sizeof *v) : NULL, *spare = NULL;
+  bool ok = v != NULL;
+  if (v) {
+    dv_spin_lock(mu);
+    if (t->capreaders < cap) { /* nobody grew it meanwhile */
+      memcpy(v, t->readers, t->nreaders * sizeof *v);
+      spare = t->readers != t->inl ? t->readers : NULL;
+      t->readers = v, t->capreaders = (uint16_t)cap;
+      v = NULL;
+    }
+    dv_spin_unlock(mu);
+    free(v), free(spare);
+  } else if (oldest && dv_pev_realize(rt, oldest, NULL) == DEVRT_OK) {
+    uint8_t rec = atomic_load_explicit(&oldest->rec, memory_order_acquire);
+    ok = rec == DV_PEV_DONE || (rec == DV_PEV_RECORDED && rt->be->event_sync(oldest->ev) == DEVRT_OK);
+    if (ok) dv_events_sync_end(rt, oldest->slot, atomic_load(&oldest->seq)); /* complete: so are all before */
+  }
+  if (oldest) dv_pev_unref(rt, oldest);
+  return ok;
 }
+
 
 /* Whether the work marked by ev, on `slot`, is known to end after p's: p is an earlier point of
  * the same stream, or has completed. Both stay true (seq is final for both, dv_pev_done's is). */
@@ -379,9 +390,9 @@ DV_HOT static bool follows(devrt_runtime* rt, const dv_pev* ev, unsigned slot, c
 
 /* Keeps p (the caller's reference to it moves here) as `slot`'s entry, covering a write if
  * `wrote`: an entry of the slot already there keeps the newer of the two points (a stream's newer
- * point covers its older ones) and covers a write if either did; the other goes. False only if
- * there is no room and none can be made (the device is lost). */
-DV_HOT static bool keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote,
+ * point covers its older ones) and covers a write if either did; the other goes. The caller made
+ * room for one entry (has_room). */
+DV_HOT static void keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote,
                               refs* r) {
   unsigned k = 0;
   while (k < t->nreaders && t->readers[k].slot != slot) k++;
@@ -392,18 +403,10 @@ DV_HOT static bool keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_
     drop(rt, r, newer ? e->ev : p);
     if (newer) e->ev = p;
     e->wrote |= wrote;
-    return true;
+    return;
   }
-  if (!room(rt, t, r)) return false;
+  DV_ASSERT(t->nreaders < t->capreaders);
   t->readers[t->nreaders++] = (dv_wait){slot, wrote, p};
-  return true;
-}
-
-/* Records a read by `slot` at r->ev. */
-DV_HOT static bool add_reader(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r) {
-  if (!keep_entry(rt, t, slot, r->ev, false, r)) return false;
-  r->gain++; /* (dropped again by keep_entry if the slot's entry was newer: counted by drop) */
-  return true;
 }
 
 /* Records a write by `slot` at r->ev. What it replaces goes only where the write is known to end
@@ -429,21 +432,22 @@ DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, r
   dv_pev* old = t->writer;
   if (old) {
     bool covered = (waited && old->slot != slot) || follows(rt, r->ev, slot, old);
-    if (covered || !keep_entry(rt, t, old->slot, old, true, r))
-      drop(rt, r, old); /* no room: the device is lost */
+    if (covered) drop(rt, r, old);
+    else keep_entry(rt, t, old->slot, old, true, r);
   }
   t->writer = r->ev;
   r->gain++;
 }
 
+/* Records a use by `slot` at r->ev (with room made for one entry: a record adds at most one). */
 DV_HOT static void record_use(devrt_runtime* rt, dv_track* t, devrt_access a, unsigned slot,
                               refs* r, bool waited) {
-  if (!(a & DEVRT_ACCESS_WRITE) && add_reader(rt, t, slot, r)) {
-    t->epoch++;
-    return;
+  if (a & DEVRT_ACCESS_WRITE) {
+    record_write(rt, t, slot, r, waited);
+  } else {
+    keep_entry(rt, t, slot, r->ev, false, r);
+    r->gain++; /* (dropped again by keep_entry if the slot's entry was newer: counted by drop) */
   }
-  /* a write; or a read there is no room to track (device lost), kept as a write */
-  record_write(rt, t, slot, r, waited);
   t->epoch++;
 }
 
@@ -482,11 +486,10 @@ static DV_NOINLINE void dissolve(devrt_runtime* rt, dv_group* g) {
     dv_blk* b = record_of(rt, g->h[k]); /* a member is live: a free dissolves its group first */
     lock(b);
     if ((b->t.writer = g->t.writer) != NULL) dv_pev_ref(b->t.writer);
+    DV_ASSERT(b->t.nreaders == 0 && g->t.nreaders <= b->t.capreaders); /* a group's list never grows */
     for (unsigned j = 0; j < g->t.nreaders; j++) {
-      dv_wait e = g->t.readers[j];
-      dv_pev_ref(e.ev);
-      if (!room(rt, &b->t, &r)) dv_pev_unref(rt, e.ev); /* device lost */
-      else b->t.readers[b->t.nreaders++] = e;
+      dv_pev_ref(g->t.readers[j].ev);
+      b->t.readers[b->t.nreaders++] = g->t.readers[j];
     }
     b->pins += g->pins;
     atomic_store_explicit(&b->group, NULL, memory_order_relaxed);
@@ -516,6 +519,21 @@ static void lock_tracked(devrt_runtime* rt, dv_blk* b) {
   for (dv_group* g; (g = atomic_load_explicit(&b->group, memory_order_relaxed)) != NULL; lock(b)) {
     unlock(b);
     dissolve(rt, g);
+  }
+}
+
+/* b locked (its group dissolved), with room for one more entry; b is pinned, or kept from being
+ * freed by its slot's `issuing` flag (the repeat path's fallback). */
+static void lock_with_room(devrt_runtime* rt, dv_blk* b, refs* r) {
+  lock_tracked(rt, b);
+  while (DV_UNLIKELY(!has_room(rt, &b->t, r))) {
+    unlock(b);
+    bool ok = grow_unlocked(rt, &b->t, &b->lock);
+    lock_tracked(rt, b);
+    if (!ok && !has_room(rt, &b->t, r)) { /* the device is lost: nothing runs any more */
+      drop(rt, r, b->t.readers[0].ev);
+      b->t.readers[0] = b->t.readers[--b->t.nreaders];
+    }
   }
 }
 
@@ -549,7 +567,8 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
     dv_blk* b = x->b[k];
     lock(b);
     bool ok = b->live && b->gen == u[k].block >> INDEX_BITS && !b->pins && !atomic_load_explicit(&b->group, memory_order_relaxed);
-    if (ok && k == 0 && (ok = grow(&g->t, b->t.nreaders))) { /* the first member's references become the group's */
+    /* the first member's references become the group's (whose list stays inline: never grown) */
+    if (ok && k == 0 && (ok = b->t.nreaders <= g->t.capreaders)) {
       g->t.writer = b->t.writer, g->t.nreaders = b->t.nreaders;
       memcpy(g->t.readers, b->t.readers, b->t.nreaders * sizeof *b->t.readers);
       b->t.writer = NULL, b->t.nreaders = 0;
@@ -758,7 +777,8 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
-    lock_tracked(rt, b);
+    if (ev) lock_with_room(rt, b, r);
+    else lock_tracked(rt, b);
     DV_ASSERT(!how || (b->pins && !(b->pins & FREEING))); /* pinned: no free can have started */
     if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
       record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
@@ -789,6 +809,11 @@ DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_
     return finish_each(rt, x, slot, &r, donate, how);
   }
   DV_ASSERT(g->pins > 0);
+  if (ev && DV_UNLIKELY(!has_room(rt, &g->t, &r))) { /* a group's list never grows: its members */
+    gunlock(g);                                      /* go back to their own, block by block */
+    dissolve(rt, g);
+    return finish_each(rt, x, slot, &r, donate, how);
+  }
   if (ev) {
     refs_give(&r, 1, donate);
     record_use(rt, &g->t, x->u[0].access, slot, &r, g->t.epoch == how->epoch);
@@ -1112,7 +1137,8 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   devrt_status st = dv_pev_record(rt, slot, s, &ev);
   refs r = {.ev = ev};
   if (st == DEVRT_OK) refs_give(&r, 1, false);
-  lock_tracked(rt, b);
+  if (ev) lock_with_room(rt, b, &r);
+  else lock_tracked(rt, b);
   DV_ASSERT(b->pins && !(b->pins & FREEING) && b->live);
   if (ev) { /* waited: this stream's prepare waited as a write for what the track still holds */
     record_use(rt, &b->t, a, slot, &r,

@@ -166,6 +166,52 @@ static void finish_after_free(devrt_runtime* rt, const devrt_stream* s) {
   idle(rt, s, 3);
 }
 
+/* Reads on many streams: the reader list outgrows its inline room (it grows outside the block's
+ * lock), and the free waits for every read; a pair of blocks read as one set on many streams
+ * (a group, whose list never grows) goes back to block-by-block tracking and still waits. */
+enum { READERS = 12 };
+static void many_readers(devrt_runtime* rt, const devrt_stream* s) {
+  devrt_stream r[READERS];
+  devrt_block x = 0, y[READERS], pair[2] = {0, 0};
+  for (int i = 0; i < READERS; i++) r[i] = s_get(rt);
+  REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "x", &x));
+  CHECK_OK(k_fill(rt, &K, s[0], x, 8, NW, 0, true));
+  for (int i = 0; i < READERS; i++) {
+    REQUIRE_OK(devrt_block_alloc(rt, NW * 4, r[i], "y", &y[i]));
+    CHECK_OK(k_copy(rt, &K, r[i], y[i], x, NW, i % 2 ? 0 : SLOW / 2, true));
+  }
+  CHECK(info(rt, x).readers >= READERS / 2); /* the slow reads at least: past the inline three */
+  free_and_reuse(rt, s, x, s[0]);
+  for (int i = 0; i < READERS; i++) CHECK(b_wrong(rt, r[i], y[i], NW, 8) == 0);
+  for (int b = 0; b < 2; b++) REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s[0], "pair", &pair[b]));
+  uint64_t g0 = grouped(rt);
+  for (int round = 0; round < 3; round++) {
+    { /* one producer launch writes the pair (only the first is filled: the set is what counts) */
+      void* p0 = bptr(rt, pair[0]);
+      uint32_t v = 9 + (uint32_t)round;
+      uint64_t n = NW;
+      void* args[] = {&p0, &v, &n};
+      devrt_block_use w[] = {{pair[0], DEVRT_ACCESS_WRITE}, {pair[1], DEVRT_ACCESS_WRITE}};
+      CHECK_OK(k_run(rt, s[0], K.fill, NW, args, w, 2));
+    }
+    for (int i = 0; i < READERS; i++) { /* both blocks read together on every stream */
+      void *d = bptr(rt, y[i]), *p0 = bptr(rt, pair[0]);
+      uint64_t n = NW, delay = i % 3 ? 0 : SLOW / 4;
+      void* args[] = {&d, &p0, &n, &delay};
+      devrt_block_use u[] = {{pair[0], DEVRT_ACCESS_READ}, {pair[1], DEVRT_ACCESS_READ}};
+      CHECK_OK(k_run(rt, r[i], K.slow_copy, NW, args, u, 2)); /* y[i]: this stream's alone */
+    }
+  }
+  CHECK(grouped(rt) > g0); /* the set was tracked as a group until its list filled */
+  CHECK_OK(devrt_block_free(rt, pair[1]));
+  free_and_reuse(rt, s, pair[0], s[0]);
+  for (int i = 0; i < READERS; i++) {
+    CHECK(b_wrong(rt, r[i], y[i], NW, 11) == 0);
+    CHECK_OK(devrt_block_free(rt, y[i]));
+    CHECK_OK(devrt_stream_release(rt, r[i]));
+  }
+}
+
 /* devrt_runtime_destroy refuses while blocks are live, naming how many. */
 static void destroy_with_live_blocks(devrt_config* cfg) {
   devrt_runtime* rt = t_runtime_cfg(cfg);
@@ -197,6 +243,7 @@ int main(void) {
     readers_a_write_never_waited_for(rt, s);
     foreign_work_joined(rt, s);
     correct_order_waits_once(rt, s);
+    many_readers(rt, s);
     finish_after_free(rt, s);
     for (int i = 0; i < 3; i++) CHECK_OK(devrt_stream_release(rt, s[i]));
     CHECK_OK(devrt_module_unload(rt, K.mod));
