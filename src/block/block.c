@@ -35,7 +35,7 @@ typedef struct dv_track {
  * launch locks and writes one record, not one per block, on one short path. Any other use of a
  * member dissolves the group first, giving every member the group's state back. Groups are pooled
  * in two sizes (up to GROUP_SMALL members, or GROUP_MAX) and never freed before the runtime. */
-typedef struct dv_group {
+typedef struct dv_group { /* every field is guarded by `lock`, but the pool links (group_mu) */
   _Alignas(DV_LINE) dv_spin lock;
   bool live;
   bool big;      /* room for GROUP_MAX members, else GROUP_SMALL */
@@ -48,6 +48,8 @@ typedef struct dv_group {
 } dv_group;
 _Static_assert(offsetof(dv_group, h) + GROUP_SMALL * sizeof(devrt_block) <= DV_LINE, "a small group takes one DV_LINE unit");
 
+/* One record of the block table. Every field is guarded by `lock` (a spin lock: no allocation,
+ * driver call or wait inside it), but `ver` and `group`, which launches also read without it. */
 typedef struct dv_blk {
   dv_spin lock;
   bool live;
@@ -69,7 +71,7 @@ typedef struct dv_blk {
   dv_track t;
 } dv_blk;
 
-typedef struct shard { /* free indices */
+typedef struct shard { /* free indices, guarded by mu (a mutex: give_index may realloc under it) */
   _Alignas(64) pthread_mutex_t mu;
   uint32_t* idx;
   unsigned n, cap;

@@ -40,7 +40,8 @@ typedef union dv_counts {
  * Its first line holds what a launch on the slot reads and the next its counters; the second
  * DV_LINE unit what other slots' threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
-  _Alignas(DV_LINE) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu; /* a spin lock: it never holds a driver call, an allocation or a
+                                 * wait (take() drops it to create an event) */
   _Atomic bool issuing;       /* held by the thread using `rep` */
   _Atomic uint8_t rep_cold;   /* saves to skip: the repeated mark was needed elsewhere */
   dv_pev* free;               /* under mu */

@@ -30,6 +30,9 @@ typedef struct blk {
 typedef struct fence { dv_event* ev; uint64_t epoch; struct fence* next; } fence;
 typedef struct lists { blk *head[NCLS], *tail[NCLS]; } lists;
 
+/* Per stream slot; every field but the counters is guarded by mu. mu is a spin lock, but a
+ * cross-stream move (can_move), a trim and a slot's teardown still query, record and wait on the
+ * slot's fences under it: those paths are off the own-stream hot path and wait to move out. */
 typedef struct slot {
   _Alignas(DV_LINE) dv_spin mu;
   lists* l;                       /* allocated on the first free on this slot */
