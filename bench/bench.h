@@ -11,7 +11,9 @@
 /* One timed body: performs `iters` operations; returns 0, or -1 after printing why it failed. */
 typedef int (*bench_body)(void* ctx, int iters);
 
-typedef struct bench_stat { double median, p10, p90; } bench_stat;
+typedef struct bench_stat {
+  double median, p10, p90;
+} bench_stat;
 
 typedef struct bench_suite {
   const cli_opts* opts;
@@ -27,14 +29,15 @@ bench_stat bench_stat_of(double* v, int n);
 /* Prints "bench <suite>: <what>: <STATUS>: <devrt_last_error()>" and returns -1. */
 int bench_fail(const char* suite, const char* what, devrt_status s);
 /* In a suite file that defines BENCH_SUITE: return bench_fail(...) when expr fails. */
-#define TRY(what, expr)                                                     \
-  do {                                                                      \
-    devrt_status s_ = (expr);                                               \
-    if (s_ != DEVRT_OK) return bench_fail(BENCH_SUITE, what, s_);           \
+#define TRY(what, expr)                                           \
+  do {                                                            \
+    devrt_status s_ = (expr);                                     \
+    if (s_ != DEVRT_OK) return bench_fail(BENCH_SUITE, what, s_); \
   } while (0)
 
 /* Begins a suite's report: header line (text) or the opening of the JSON document. */
-void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const char* device, const char* backend);
+void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const char* device,
+                 const char* backend);
 /* Times devrt_fn and raw_fn over `rounds` interleaved rounds of `iters` ops each (after one
  * warm-up round of each) and reports ns/op median, p10, p90 of each side, and the ratio and
  * overhead (devrt - raw) of each round against the raw round run beside it: median, p10, p90 (a
@@ -45,8 +48,9 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
 int bench_pair(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
                int (*sync)(void* ctx), int iters, int rounds);
 /* As bench_pair, with raw_fn timed over raw_iters ops a round (a slow raw side stays short). */
-int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn, bench_body raw_fn,
-                     int (*sync)(void* ctx), int iters, int raw_iters, int rounds);
+int bench_pair_iters(bench_suite* b, const char* op, void* ctx, bench_body devrt_fn,
+                     bench_body raw_fn, int (*sync)(void* ctx), int iters, int raw_iters,
+                     int rounds);
 /* One row of bench_rows: bench_pair_iters's arguments, and the statistics it reported. */
 typedef struct bench_row {
   const char* op;

@@ -1,6 +1,7 @@
 /* bench_alloc.c: `devrt bench alloc`: the resource stack against the pool's raw stream-ordered
  * alloc/free pair (cuMemAllocFromPoolAsync / cuMemFreeAsync on devrt's pool, called through the
- * backend with no devrt layer), same run: hot pairs, RMM's random_allocations shape, threads, logging. */
+ * backend with no devrt layer), same run: hot pairs, RMM's random_allocations shape, threads,
+ * logging. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -45,8 +46,16 @@ static int sync_reap(void* p) {
 }
 
 /* ---- RMM's random_allocations: 73% allocate, 27% free a random live block ---- */
-typedef struct rnd { void* p; size_t n; } rnd;
-static uint64_t rng_next(uint64_t* x) { *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17; return *x; }
+typedef struct rnd {
+  void* p;
+  size_t n;
+} rnd;
+static uint64_t rng_next(uint64_t* x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
 
 typedef struct rctx {
   actx* c;
@@ -66,32 +75,48 @@ static int random_run(rctx* r, bool raw) {
     if (alloc || n == 0) {
       if (!alloc) continue;
       void* p;
-      if (raw) TRY("pool_alloc", c->rt->be->pool_alloc(c->rt->dev, sz, c->raw_s, &p));
-      else TRY("allocate", devrt_resource_allocate(c->stack, sz, c->s, "random", &p));
+      if (raw)
+        TRY("pool_alloc", c->rt->be->pool_alloc(c->rt->dev, sz, c->raw_s, &p));
+      else
+        TRY("allocate", devrt_resource_allocate(c->stack, sz, c->s, "random", &p));
       r->live[n++] = (rnd){p, sz};
       used += sz;
     } else {
       int k = (int)(rng_next(&seed) % (uint64_t)n);
       rnd v = r->live[k];
       r->live[k] = r->live[--n];
-      if (raw) TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
-      else TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
+      if (raw)
+        TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
+      else
+        TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
       used -= v.n;
     }
   }
   while (n > 0) {
     rnd v = r->live[--n];
-    if (raw) TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
-    else TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
+    if (raw)
+      TRY("pool_free", c->rt->be->pool_free(c->rt->dev, v.p, c->raw_s));
+    else
+      TRY("deallocate", devrt_resource_deallocate(c->stack, v.p, v.n, c->s));
   }
   return 0;
 }
-static int random_stack(void* p, int iters) { (void)iters; return random_run(p, false); }
-static int random_raw(void* p, int iters) { (void)iters; return random_run(p, true); }
+static int random_stack(void* p, int iters) {
+  (void)iters;
+  return random_run(p, false);
+}
+static int random_raw(void* p, int iters) {
+  (void)iters;
+  return random_run(p, true);
+}
 static int random_sync(void* p) { return sync_reap(((rctx*)p)->c); }
 
 /* ---- threads, each on its own stream ---- */
-enum { RUN_STACK, RUN_RAW, RUN_PRIVATE }; /* what a thread runs; private: CPU work, the machine's own scaling */
+enum {
+  RUN_STACK,
+  RUN_RAW,
+  RUN_PRIVATE
+}; /* what a thread runs; private: CPU work, the machine's own scaling */
 typedef struct tctx {
   actx c;
   int mode; /* RUN_* */
@@ -118,11 +143,18 @@ static void* thread_body(void* p) {
   atomic_fetch_add(t->ready, 1);
   while (atomic_load(t->ready) < t->threads) sched_yield();
   t->t0 = bench_now_ns();
-  t->rc = t->mode == RUN_RAW ? raw_pair(&t->c, t->iters) : t->mode == RUN_PRIVATE ? private_work(t->iters) : stack_pair(&t->c, t->iters);
+  t->rc = t->mode == RUN_RAW       ? raw_pair(&t->c, t->iters)
+          : t->mode == RUN_PRIVATE ? private_work(t->iters)
+                                   : stack_pair(&t->c, t->iters);
   t->t1 = bench_now_ns();
   return NULL;
 }
-typedef struct mt { actx* base; int threads; tctx* t; uint64_t span; } mt;
+typedef struct mt {
+  actx* base;
+  int threads;
+  tctx* t;
+  uint64_t span;
+} mt;
 /* Timed from the first thread's start to the last one's end: creating and joining the threads
  * is excluded from the round. */
 static int mt_run(mt* m, int mode, int iters) {
@@ -130,7 +162,8 @@ static int mt_run(mt* m, int mode, int iters) {
   pthread_t th[16];
   _Atomic int ready = 0;
   for (int i = 0; i < m->threads; i++) {
-    m->t[i].mode = mode, m->t[i].iters = iters, m->t[i].threads = m->threads, m->t[i].ready = &ready;
+    m->t[i].mode = mode, m->t[i].iters = iters, m->t[i].threads = m->threads,
+    m->t[i].ready = &ready;
     pthread_create(&th[i], NULL, thread_body, &m->t[i]);
   }
   int rc = 0;
@@ -144,8 +177,14 @@ static int mt_run(mt* m, int mode, int iters) {
   return rc;
 }
 /* Reported per op of all threads together: ns = wall time / (threads * iters). */
-static int mt_stack(void* p, int n) { mt* m = p; return mt_run(m, RUN_STACK, n / m->threads); }
-static int mt_raw(void* p, int n) { mt* m = p; return mt_run(m, RUN_RAW, n / m->threads); }
+static int mt_stack(void* p, int n) {
+  mt* m = p;
+  return mt_run(m, RUN_STACK, n / m->threads);
+}
+static int mt_raw(void* p, int n) {
+  mt* m = p;
+  return mt_run(m, RUN_RAW, n / m->threads);
+}
 /* The machine's own scaling: 16 threads of private work against one, the same work per thread
  * (median of 5). */
 static double private_scaling(mt* m, int iters) {
@@ -166,7 +205,8 @@ static int mt_sync(void* p) {
 }
 
 /* A stack as the runtime builds it, with or without the cache and logging. */
-static devrt_status make_stack(devrt_runtime* rt, bool cache, const char* log_path, uint64_t limit, devrt_resource** out) {
+static devrt_status make_stack(devrt_runtime* rt, bool cache, const char* log_path, uint64_t limit,
+                               devrt_resource** out) {
   devrt_config c = rt->cfg;
   c.cache = cache, c.log_path = log_path, c.log_jsonl = false;
   return dv_stack_build(rt, &c, limit, out);
@@ -195,17 +235,22 @@ int bench_alloc(const cli_opts* o) {
   bench_suite b;
   bench_begin(&b, o, "alloc", c.rt->info.name, c.rt->be->name);
   static const size_t hot[] = {256, 64 << 10, 4 << 20};
-  static const char* const names[] = {"hot_256B_full_stack", "hot_64KiB_full_stack", "hot_4MiB_full_stack",
-                                      "hot_256B_no_cache", "hot_64KiB_no_cache", "hot_4MiB_no_cache",
-                                      "hot_64KiB_logging_on"};
+  static const char* const names[] = {
+      "hot_256B_full_stack", "hot_64KiB_full_stack", "hot_4MiB_full_stack", "hot_256B_no_cache",
+      "hot_64KiB_no_cache",  "hot_4MiB_no_cache",    "hot_64KiB_logging_on"};
   actx hc[7];
   bench_row rows[7];
   for (int j = 0; j < 7; j++) {
     hc[j] = c;
     hc[j].stack = j == 6 ? logged : j < 3 ? full : nocache;
     hc[j].size = j == 6 ? 64 << 10 : hot[j % 3];
-    rows[j] = (bench_row){.op = names[j], .ctx = &hc[j], .devrt_fn = stack_pair, .raw_fn = raw_pair, .sync = sync_reap,
-                          .iters = 1000, .raw_iters = 1000};
+    rows[j] = (bench_row){.op = names[j],
+                          .ctx = &hc[j],
+                          .devrt_fn = stack_pair,
+                          .raw_fn = raw_pair,
+                          .sync = sync_reap,
+                          .iters = 1000,
+                          .raw_iters = 1000};
   }
   rc = bench_rows(&b, rows, 7, rounds);
 
@@ -232,25 +277,37 @@ int bench_alloc(const cli_opts* o) {
   /* Long enough per thread (cuda: 300000 pairs, 15 ms or more) that starting 16 threads and a
    * descheduled thread are noise; the raw side runs 4000 pairs a thread (it slows to microseconds
    * a pair under 16 threads). Fewer rounds, shared by the four rows as the hot pairs' are. */
-  int per_thread = cuda ? 300000 : 20000, raw_per_thread = cuda ? 4000 : 2000, trounds = o->rounds > 0 ? o->rounds : 15;
+  int per_thread = cuda ? 300000 : 20000, raw_per_thread = cuda ? 4000 : 2000,
+      trounds = o->rounds > 0 ? o->rounds : 15;
   double scale[4] = {0};
-  static const char* const tnames[] = {"threads_1_64KiB", "threads_4_64KiB", "threads_8_64KiB", "threads_16_64KiB"};
+  static const char* const tnames[] = {"threads_1_64KiB", "threads_4_64KiB", "threads_8_64KiB",
+                                       "threads_16_64KiB"};
   mt m[4];
   for (int i = 0; i < 4; i++) {
     m[i] = (mt){.base = &c, .t = t, .threads = nthreads[i]};
-    rows[i] = (bench_row){.op = tnames[i], .ctx = &m[i], .devrt_fn = mt_stack, .raw_fn = mt_raw, .sync = mt_sync,
-                          .iters = per_thread * nthreads[i], .raw_iters = raw_per_thread * nthreads[i]};
+    rows[i] = (bench_row){.op = tnames[i],
+                          .ctx = &m[i],
+                          .devrt_fn = mt_stack,
+                          .raw_fn = mt_raw,
+                          .sync = mt_sync,
+                          .iters = per_thread * nthreads[i],
+                          .raw_iters = raw_per_thread * nthreads[i]};
   }
   if (!rc) rc = bench_rows(&b, rows, 4, trounds);
   for (int i = 0; i < 4 && !rc; i++) scale[i] = rows[0].devrt.median / rows[i].devrt.median;
   double machine = rc ? 0 : private_scaling(&m[3], per_thread);
   char fields[256] = "";
-  bench_cat(fields, sizeof fields, "\"thread_scaling\":{\"threads_4\":%.2f,\"threads_8\":%.2f,\"threads_16\":%.2f,"
-                                   "\"goal_16\":8.0,\"private_work_16\":%.2f}", scale[1], scale[2], scale[3], machine);
+  bench_cat(fields, sizeof fields,
+            "\"thread_scaling\":{\"threads_4\":%.2f,\"threads_8\":%.2f,\"threads_16\":%.2f,"
+            "\"goal_16\":8.0,\"private_work_16\":%.2f}",
+            scale[1], scale[2], scale[3], machine);
   bench_end_fields(&b, fields);
   if (!o->json && !rc)
-    printf("throughput with caching against one thread: 4 threads %.2fx, 8 threads %.2fx, 16 threads %.2fx (goal at 16: >= 8x);\n"
-           "private CPU work on 16 threads against one, this machine's ceiling: %.2fx\n", scale[1], scale[2], scale[3], machine);
+    printf(
+        "throughput with caching against one thread: 4 threads %.2fx, 8 threads %.2fx, 16 threads "
+        "%.2fx (goal at 16: >= 8x);\n"
+        "private CPU work on 16 threads against one, this machine's ceiling: %.2fx\n",
+        scale[1], scale[2], scale[3], machine);
   for (int i = 0; i < 16; i++) {
     if (t[i].c.s) devrt_stream_release(c.rt, t[i].c.s);
     if (t[i].c.raw_s) c.rt->be->stream_destroy(c.rt->dev, t[i].c.raw_s);

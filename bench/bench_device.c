@@ -48,7 +48,8 @@ static int d_record(void* p, int n) {
 }
 static int d_wait(void* p, int n) {
   dctx* c = p;
-  for (int i = 0; i < n; i++) TRY("stream_wait_event", devrt_stream_wait_event(c->rt, c->s, c->done));
+  for (int i = 0; i < n; i++)
+    TRY("stream_wait_event", devrt_stream_wait_event(c->rt, c->s, c->done));
   return 0;
 }
 static int d_query(void* p, int n) {
@@ -59,7 +60,8 @@ static int d_query(void* p, int n) {
 }
 static int d_host_func(void* p, int n) {
   dctx* c = p;
-  for (int i = 0; i < n; i++) TRY("stream_host_func", devrt_stream_host_func(c->rt, c->s, noop, NULL));
+  for (int i = 0; i < n; i++)
+    TRY("stream_host_func", devrt_stream_host_func(c->rt, c->s, noop, NULL));
   return 0;
 }
 static int d_alloc_free(void* p, int n) {
@@ -123,7 +125,8 @@ static int h_sync(dctx* c) {
   TRY("stream_sync", BE(c)->stream_sync(c->rs));
   return 0;
 }
-static const raw_ops host_raw = {h_stream_cycle, h_record, h_wait, h_query, h_host_func, h_alloc_free, h_sync};
+static const raw_ops host_raw = {h_stream_cycle, h_record,     h_wait, h_query,
+                                 h_host_func,    h_alloc_free, h_sync};
 
 static int host_setup(dctx* c) {
   TRY("stream_create", BE(c)->stream_create(DEV(c), NULL, 0, (dv_stream**)&c->rs));
@@ -146,12 +149,17 @@ static void host_teardown(dctx* c) {
 #ifdef DEVRT_HAVE_CUDA
 /* ---- raw side, cuda backend: the driver's entry points, called directly ---- */
 static const dv_driver* D;
-#define CUTRY(what, call) do { CUresult r_ = (call); if (r_ != CUDA_SUCCESS) return bench_fail(BENCH_SUITE, what, dv_cu_fail(r_, what, "(bench)")); } while (0)
+#define CUTRY(what, call)                                                                          \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
+    if (r_ != CUDA_SUCCESS) return bench_fail(BENCH_SUITE, what, dv_cu_fail(r_, what, "(bench)")); \
+  } while (0)
 static int c_stream_cycle(dctx* c, int n) {
   CUTRY("cuCtxPushCurrent", D->cuCtxPushCurrent(c->rctx));
   for (int i = 0; i < n; i++) {
     CUstream s;
-    CUTRY("cuStreamCreateWithPriority", D->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
+    CUTRY("cuStreamCreateWithPriority",
+          D->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
     CUTRY("cuStreamDestroy", D->cuStreamDestroy(s));
   }
   CUcontext ctx;
@@ -186,7 +194,8 @@ static int c_sync(dctx* c) {
   CUTRY("cuStreamSynchronize", D->cuStreamSynchronize(c->rs));
   return 0;
 }
-static const raw_ops cuda_raw = {c_stream_cycle, c_record, c_wait, c_query, c_host_func, c_alloc_free, c_sync};
+static const raw_ops cuda_raw = {c_stream_cycle, c_record,     c_wait, c_query,
+                                 c_host_func,    c_alloc_free, c_sync};
 
 static int cuda_setup(dctx* c) {
   TRY("driver", dv_driver_get(&D));
@@ -199,7 +208,8 @@ static int cuda_setup(dctx* c) {
   CUstream s, s2;
   CUevent e, done;
   CUTRY("cuStreamCreateWithPriority", D->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, 0));
-  CUTRY("cuStreamCreateWithPriority", D->cuStreamCreateWithPriority(&s2, CU_STREAM_NON_BLOCKING, 0));
+  CUTRY("cuStreamCreateWithPriority",
+        D->cuStreamCreateWithPriority(&s2, CU_STREAM_NON_BLOCKING, 0));
   CUTRY("cuEventCreate", D->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
   CUTRY("cuEventCreate", D->cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
   CUTRY("cuEventRecord", D->cuEventRecord(done, s2));
@@ -212,7 +222,8 @@ static int cuda_setup(dctx* c) {
   CUmemoryPool pool;
   CUTRY("cuMemPoolCreate", D->cuMemPoolCreate(&pool, &props));
   cuuint64_t keep = UINT64_MAX;
-  CUTRY("cuMemPoolSetAttribute", D->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+  CUTRY("cuMemPoolSetAttribute",
+        D->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
   D->cuCtxPopCurrent(&ctx);
   c->rs = s, c->rs2 = s2, c->rev = e, c->rdone = done, c->rpool = pool;
   return 0;
@@ -254,12 +265,15 @@ int bench_device(const cli_opts* o) {
   int rounds = o->rounds > 0 ? o->rounds : 31;
   bench_suite b;
   bench_begin(&b, o, "device", c.rt->info.name, c.rt->be->name);
-  int rc = bench_pair(&b, "stream_acquire_release", &c, d_stream_cycle, r_stream_cycle, NULL, cuda ? 200 : 20, rounds) ||
-           bench_pair(&b, "event_record", &c, d_record, r_record, sync_all, 1000, rounds) ||
-           bench_pair(&b, "stream_wait_event", &c, d_wait, r_wait, sync_all, 1000, rounds) ||
-           bench_pair(&b, "event_query", &c, d_query, r_query, NULL, 10000, rounds) ||
-           bench_pair(&b, "host_func_launch", &c, d_host_func, r_host_func, sync_all, 500, rounds) ||
-           bench_pair(&b, "pool_alloc_free_256B", &c, d_alloc_free, r_alloc_free, sync_all, 1000, rounds);
+  int rc =
+      bench_pair(&b, "stream_acquire_release", &c, d_stream_cycle, r_stream_cycle, NULL,
+                 cuda ? 200 : 20, rounds) ||
+      bench_pair(&b, "event_record", &c, d_record, r_record, sync_all, 1000, rounds) ||
+      bench_pair(&b, "stream_wait_event", &c, d_wait, r_wait, sync_all, 1000, rounds) ||
+      bench_pair(&b, "event_query", &c, d_query, r_query, NULL, 10000, rounds) ||
+      bench_pair(&b, "host_func_launch", &c, d_host_func, r_host_func, sync_all, 500, rounds) ||
+      bench_pair(&b, "pool_alloc_free_256B", &c, d_alloc_free, r_alloc_free, sync_all, 1000,
+                 rounds);
   bench_end(&b);
   if (!cuda) host_teardown(&c);
 #ifdef DEVRT_HAVE_CUDA

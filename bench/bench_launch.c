@@ -12,14 +12,14 @@
 
 #define BENCH_SUITE "launch"
 #define NMAX 16
-#define ELEMS 256u  /* u32s per block; the kernel runs grid 1 x block ELEMS */
-#define ITERS 200   /* ops per round: few enough that the launch queue never fills */
-#define COUNTED 32  /* launches of the untimed pass that counts waits */
+#define ELEMS 256u /* u32s per block; the kernel runs grid 1 x block ELEMS */
+#define ITERS 200  /* ops per round: few enough that the launch queue never fills */
+#define COUNTED 32 /* launches of the untimed pass that counts waits */
 
 typedef struct lctx lctx;
 typedef struct raw_ops {
-  int (*one)(lctx* c, int n);      /* (a): launch on A */
-  int (*pair)(lctx* c, int n);     /* (b): launch on A, record ev on A, B waits for ev, launch on B */
+  int (*one)(lctx* c, int n);  /* (a): launch on A */
+  int (*pair)(lctx* c, int n); /* (b): launch on A, record ev on A, B waits for ev, launch on B */
   int (*racefree)(lctx* c, int n); /* (b), and A first waits for B's previous launch (event back) */
 } raw_ops;
 
@@ -79,7 +79,8 @@ static int r_racefree(void* p, int n) { return ((lctx*)p)->raw->racefree(p, n); 
 /* ---- raw side, host backend: the backend's own calls ---- */
 static const unsigned grid1[3] = {1, 1, 1}, block1[3] = {ELEMS, 1, 1};
 static int h_one(lctx* c, int n) {
-  for (int i = 0; i < n; i++) TRY("launch", BE(c)->launch(c->sa, c->rk, grid1, block1, 0, c->args_a));
+  for (int i = 0; i < n; i++)
+    TRY("launch", BE(c)->launch(c->sa, c->rk, grid1, block1, 0, c->args_a));
   return 0;
 }
 static int h_pair(lctx* c, int n) {
@@ -107,12 +108,13 @@ static const raw_ops host_raw = {h_one, h_pair, h_racefree};
 #ifdef DEVRT_HAVE_CUDA
 /* ---- raw side, cuda backend: the driver's entry points, called directly ---- */
 static const dv_driver* D;
-#define CUTRY(what, call)                                                                   \
-  do {                                                                                      \
-    CUresult r_ = (call);                                                                   \
+#define CUTRY(what, call)                                                                          \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
     if (r_ != CUDA_SUCCESS) return bench_fail(BENCH_SUITE, what, dv_cu_fail(r_, what, "(bench)")); \
   } while (0)
-#define CULAUNCH(s, args) D->cuLaunchKernel((CUfunction)c->rk, 1, 1, 1, ELEMS, 1, 1, 0, (CUstream)(s), args, NULL)
+#define CULAUNCH(s, args) \
+  D->cuLaunchKernel((CUfunction)c->rk, 1, 1, 1, ELEMS, 1, 1, 0, (CUstream)(s), args, NULL)
 static int c_one(lctx* c, int n) {
   for (int i = 0; i < n; i++) CUTRY("cuLaunchKernel", CULAUNCH(c->sa, c->args_a));
   return 0;
@@ -145,7 +147,7 @@ typedef struct waits {
   char op[32];
   bool pair;
   uint64_t prod, prod_max, cons, cons_max; /* (a) counts under prod */
-  double events; /* events recorded per launch */
+  double events;                           /* events recorded per launch */
 } waits;
 
 static int count_waits(lctx* c, bool pair, const devrt_launch_desc* one, waits* w) {
@@ -153,7 +155,9 @@ static int count_waits(lctx* c, bool pair, const devrt_launch_desc* one, waits* 
   TRY("block_stats_get", devrt_block_stats_get(c->rt, &first));
   for (int i = 0; i < COUNTED; i++) {
     TRY("block_stats_get", devrt_block_stats_get(c->rt, &s0));
-    TRY("devrt_launch", devrt_launch(c->rt, pair ? &c->prod : one == c->chain ? &c->chain[c->turn ^= 1] : one));
+    TRY("devrt_launch", devrt_launch(c->rt, pair              ? &c->prod
+                                            : one == c->chain ? &c->chain[c->turn ^= 1]
+                                                              : one));
     TRY("block_stats_get", devrt_block_stats_get(c->rt, &s1));
     uint64_t d = s1.waits_inserted - s0.waits_inserted;
     w->prod += d, w->prod_max = d > w->prod_max ? d : w->prod_max;
@@ -169,44 +173,62 @@ static int count_waits(lctx* c, bool pair, const devrt_launch_desc* one, waits* 
 }
 /* Minimum per launch: 0 on one stream; across streams 1 per consumer launch (the producer's write)
  * and 1 per producer launch (the previous consumer's read, which the next write must follow). */
-static bool waits_ok(const waits* w) { return w->pair ? w->prod_max <= 1 && w->cons_max <= 1 : w->prod_max == 0; }
+static bool waits_ok(const waits* w) {
+  return w->pair ? w->prod_max <= 1 && w->cons_max <= 1 : w->prod_max == 0;
+}
 
 /* Closes the report: the waits of each row against the minimum, and the goals. */
 static void report(bench_suite* b, const waits* w, int nw, bool ok) {
   if (b->opts->json) {
-    char js[4096] = "\"goals\":{\"launch_ratio_max\":1.10,\"xstream_ratio_max\":1.10,\"waits\":\"minimum\"},\"waits\":[";
+    char js[4096] =
+        "\"goals\":{\"launch_ratio_max\":1.10,\"xstream_ratio_max\":1.10,\"waits\":\"minimum\"},"
+        "\"waits\":[";
     for (int i = 0; i < nw; i++) {
       double p = (double)w[i].prod / COUNTED, q = (double)w[i].cons / COUNTED;
       unsigned long long pm = w[i].prod_max, qm = w[i].cons_max;
-      bench_cat(js, sizeof js, "%s{\"op\":\"%s\",\"launches\":%d,\"events_per_launch\":%.2f,", i ? "," : "", w[i].op, COUNTED, w[i].events);
+      bench_cat(js, sizeof js, "%s{\"op\":\"%s\",\"launches\":%d,\"events_per_launch\":%.2f,",
+                i ? "," : "", w[i].op, COUNTED, w[i].events);
       if (w[i].pair)
         bench_cat(js, sizeof js,
-            "\"waits_per_consumer_launch\":%.2f,\"max_per_consumer_launch\":%llu,\"minimum_per_consumer_launch\":1,"
-            "\"waits_per_producer_launch\":%.2f,\"max_per_producer_launch\":%llu,\"minimum_per_producer_launch\":1}",
-            q, qm, p, pm);
+                  "\"waits_per_consumer_launch\":%.2f,\"max_per_consumer_launch\":%llu,\"minimum_"
+                  "per_consumer_launch\":1,"
+                  "\"waits_per_producer_launch\":%.2f,\"max_per_producer_launch\":%llu,\"minimum_"
+                  "per_producer_launch\":1}",
+                  q, qm, p, pm);
       else
-        bench_cat(js, sizeof js, "\"waits_per_launch\":%.2f,\"max_per_launch\":%llu,\"minimum_per_launch\":0}", p, pm);
+        bench_cat(js, sizeof js,
+                  "\"waits_per_launch\":%.2f,\"max_per_launch\":%llu,\"minimum_per_launch\":0}", p,
+                  pm);
     }
     bench_cat(js, sizeof js, "],\"waits_ok\":%s", ok ? "true" : "false");
     bench_end_fields(b, js);
     return;
   }
   bench_end(b);
-  printf("(b) xstream rows: ns per producer (A) + consumer (B) pair; raw: launch A, record, B waits, launch B;\n"
-         "    racefree rows: raw also makes A wait for B's previous launch, as the next write must\n"
-         "waits devrt inserted (untimed pass of %d launches each):\n", COUNTED);
+  printf(
+      "(b) xstream rows: ns per producer (A) + consumer (B) pair; raw: launch A, record, B waits, "
+      "launch B;\n"
+      "    racefree rows: raw also makes A wait for B's previous launch, as the next write must\n"
+      "waits devrt inserted (untimed pass of %d launches each):\n",
+      COUNTED);
   for (int i = 0; i < nw; i++) {
     double p = (double)w[i].prod / COUNTED, q = (double)w[i].cons / COUNTED;
     unsigned long long pm = w[i].prod_max, qm = w[i].cons_max;
     if (w[i].pair)
-      printf("  %-22s %.2f per consumer launch (max %llu, minimum 1); %.2f per producer launch (max %llu, minimum 1); %.2f events recorded per launch\n",
-             w[i].op, q, qm, p, pm, w[i].events);
+      printf(
+          "  %-22s %.2f per consumer launch (max %llu, minimum 1); %.2f per producer launch (max "
+          "%llu, minimum 1); %.2f events recorded per launch\n",
+          w[i].op, q, qm, p, pm, w[i].events);
     else
-      printf("  %-22s %.2f per launch (max %llu, minimum 0); %.2f events recorded per launch\n", w[i].op, p, pm, w[i].events);
+      printf("  %-22s %.2f per launch (max %llu, minimum 0); %.2f events recorded per launch\n",
+             w[i].op, p, pm, w[i].events);
   }
-  printf("goals: (a) launch_N rows <= 1.10x the raw launch (launch_chain is not a goal row: it shows the case where\n"
-         "       every launch's point must be recorded); (b) xstream rows <= 1.10x the hand-written version;\n"
-         "       never more waits than the minimum (timings are reported, not asserted)\n");
+  printf(
+      "goals: (a) launch_N rows <= 1.10x the raw launch (launch_chain is not a goal row: it shows "
+      "the case where\n"
+      "       every launch's point must be recorded); (b) xstream rows <= 1.10x the hand-written "
+      "version;\n"
+      "       never more waits than the minimum (timings are reported, not asserted)\n");
 }
 
 static int setup(lctx* c, const cli_opts* o) {
@@ -285,20 +307,26 @@ int bench_launch(const cli_opts* o) {
   bench_begin(&b, o, "launch", c.rt->info.name, c.rt->be->name);
   for (int i = 0; i < 3 && !rc; i++, nw++) { /* (a) one stream */
     c.one.nuses = nblk[i];
-    if (nblk[i] == 1) snprintf(w[nw].op, sizeof w[nw].op, "launch_1blk_w");
-    else snprintf(w[nw].op, sizeof w[nw].op, "launch_%ublk_w1r%u", nblk[i], nblk[i] - 1);
-    rc = bench_pair(&b, w[nw].op, &c, d_one, r_one, sync_ab, ITERS, rounds) || count_waits(&c, false, &c.one, &w[nw]);
+    if (nblk[i] == 1)
+      snprintf(w[nw].op, sizeof w[nw].op, "launch_1blk_w");
+    else
+      snprintf(w[nw].op, sizeof w[nw].op, "launch_%ublk_w1r%u", nblk[i], nblk[i] - 1);
+    rc = bench_pair(&b, w[nw].op, &c, d_one, r_one, sync_ab, ITERS, rounds) ||
+         count_waits(&c, false, &c.one, &w[nw]);
   }
-  if (!rc) { /* (a) a chain: each launch reads what the previous one wrote, so each point is recorded */
+  if (!rc) { /* (a) a chain: each launch reads what the previous one wrote, so each point is
+                recorded */
     snprintf(w[nw].op, sizeof w[nw].op, "launch_chain_w1r1");
-    rc = bench_pair(&b, w[nw].op, &c, d_chain, r_one, sync_ab, ITERS, rounds) || count_waits(&c, false, c.chain, &w[nw]);
+    rc = bench_pair(&b, w[nw].op, &c, d_chain, r_one, sync_ab, ITERS, rounds) ||
+         count_waits(&c, false, c.chain, &w[nw]);
     nw++;
   }
   for (int i = 0; i < 3 && !rc; i++, nw++) { /* (b) producer on A, consumer on B */
     c.prod.nuses = c.cons.nuses = nblk[i];
     snprintf(w[nw].op, sizeof w[nw].op, "xstream_%ublk_w_r", nblk[i]);
     w[nw].pair = true;
-    rc = bench_pair(&b, w[nw].op, &c, d_pair, r_pair, sync_ab, ITERS, rounds) || count_waits(&c, true, NULL, &w[nw]);
+    rc = bench_pair(&b, w[nw].op, &c, d_pair, r_pair, sync_ab, ITERS, rounds) ||
+         count_waits(&c, true, NULL, &w[nw]);
   }
   for (int i = 0; i < 3 && !rc; i++) { /* (b) against the hand-written version that has no race */
     char op[32];

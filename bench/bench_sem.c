@@ -12,9 +12,9 @@
 #include "core/runtime.h"
 
 #define BENCH_SUITE "sem"
-#define ELEMS 32u          /* the tiny kernel: devrt_fill_u32 over ELEMS u32s, grid 1 x block ELEMS */
-#define ITERS 200          /* ops (chain steps) per round: few enough that the launch queue never fills */
-#define LONG_CHAIN 32768   /* steps of the chain32k rows */
+#define ELEMS 32u /* the tiny kernel: devrt_fill_u32 over ELEMS u32s, grid 1 x block ELEMS */
+#define ITERS 200 /* ops (chain steps) per round: few enough that the launch queue never fills */
+#define LONG_CHAIN 32768 /* steps of the chain32k rows */
 #define WAIT_NS DEVRT_TIMEOUT_INFINITE
 
 typedef struct rtx { /* one runtime and what the rows use on it */
@@ -34,9 +34,10 @@ typedef struct rtx { /* one runtime and what the rows use on it */
   dv_stream* ds[2];
   dv_module* rmod;
   dv_kernel* rk;
-  dv_event *ev[2], *bev, *wev; /* chain events per stream; a blocking-sync one; the one raw wakes sync */
-  uint64_t cpu_ns[2], ops[2];  /* wake bodies' process CPU time and ops: [0] devrt, [1] raw */
-  uint64_t park_ns, parks;     /* wait-first chains: time spent parking their submissions */
+  dv_event *ev[2], *bev,
+      *wev; /* chain events per stream; a blocking-sync one; the one raw wakes sync */
+  uint64_t cpu_ns[2], ops[2]; /* wake bodies' process CPU time and ops: [0] devrt, [1] raw */
+  uint64_t park_ns, parks;    /* wait-first chains: time spent parking their submissions */
 } rtx;
 
 #define BE(c) ((c)->rt->be)
@@ -57,11 +58,17 @@ static int sync_ab(void* p) {
 }
 
 /* ---- devrt side ---- */
-/* A LAUNCH of the tiny kernel on stream A or B: waits ws >= wv (none if ws is NULL), signals s = sv. */
+/* A LAUNCH of the tiny kernel on stream A or B: waits ws >= wv (none if ws is NULL), signals s =
+ * sv. */
 static devrt_status submit(rtx* c, int st, devrt_semaphore* ws, uint64_t wv, uint64_t sv) {
   devrt_semaphore_value w = {ws, wv}, s = {c->s, sv};
-  devrt_submission sub = {.stream = c->st[st], .waits = &w, .nwaits = ws != NULL, .signals = &s,
-                          .nsignals = 1, .kind = DEVRT_WORK_LAUNCH, .launch = c->desc};
+  devrt_submission sub = {.stream = c->st[st],
+                          .waits = &w,
+                          .nwaits = ws != NULL,
+                          .signals = &s,
+                          .nsignals = 1,
+                          .kind = DEVRT_WORK_LAUNCH,
+                          .launch = c->desc};
   return devrt_queue_submit(c->rt, &sub);
 }
 
@@ -153,9 +160,14 @@ static int wake_row(bench_suite* b, rtx* c, const char* op, int rounds, wake* w)
   memset(c->cpu_ns, 0, sizeof c->cpu_ns);
   memset(c->ops, 0, sizeof c->ops);
   if (bench_pair(b, op, c, d_wake, r_wake, sync_ab, ITERS, rounds)) return -1;
-  *w = (wake){c->name, c->wev == c->bev ? "blocking-sync" : "default", c->rt->cfg.completion,
-              (unsigned long long)c->rt->cfg.wait_spin_ns, b->devrt.median, b->raw.median,
-              c->cpu_ns[0] / 1e3 / (double)c->ops[0], c->cpu_ns[1] / 1e3 / (double)c->ops[1]};
+  *w = (wake){c->name,
+              c->wev == c->bev ? "blocking-sync" : "default",
+              c->rt->cfg.completion,
+              (unsigned long long)c->rt->cfg.wait_spin_ns,
+              b->devrt.median,
+              b->raw.median,
+              c->cpu_ns[0] / 1e3 / (double)c->ops[0],
+              c->cpu_ns[1] / 1e3 / (double)c->ops[1]};
   return 0;
 }
 
@@ -167,66 +179,96 @@ static void report(bench_suite* b, const rtx* c, const wake* w, int nw, double i
   bool js = b->opts->json;
   char buf[4096] = "";
   if (js)
-    bench_cat(buf, sizeof buf, "\"goals\":{\"hop_ratio_max\":1.20,\"wake_ratio_max\":1.20,\"idle_cpu_pct_max\":1.0,"
-                         "\"host_hops\":0},\"wake\":[");
+    bench_cat(buf, sizeof buf,
+              "\"goals\":{\"hop_ratio_max\":1.20,\"wake_ratio_max\":1.20,\"idle_cpu_pct_max\":1.0,"
+              "\"host_hops\":0},\"wake\":[");
   else {
     bench_end(b);
-    printf("rows: ns per chain step (gpu_hop, chain32k: steps alternate streams A and B) or per op;\n"
-           "  raw chain: launch, record, the other stream waits; raw wake: launch, record, event sync;\n"
-           "  host_sig_parked_w_submit times submit (parked) + host signal + host wait, against a raw wake\n"
-           "wakes per op: latency median; CPU (getrusage user+sys of the whole process) over every round:\n");
+    printf(
+        "rows: ns per chain step (gpu_hop, chain32k: steps alternate streams A and B) or per op;\n"
+        "  raw chain: launch, record, the other stream waits; raw wake: launch, record, event "
+        "sync;\n"
+        "  host_sig_parked_w_submit times submit (parked) + host signal + host wait, against a raw "
+        "wake\n"
+        "wakes per op: latency median; CPU (getrusage user+sys of the whole process) over every "
+        "round:\n");
   }
   for (int i = 0; i < nw; i++) {
     const wake* x = &w[i];
     if (js)
-      bench_cat(buf, sizeof buf,
+      bench_cat(
+          buf, sizeof buf,
           "%s{\"runtime\":\"%s\",\"completion\":\"%s\",\"wait_spin_ns\":%llu,\"raw_event\":\"%s\","
-          "\"devrt_ns\":%.1f,\"raw_ns\":%.1f,\"devrt_cpu_us_per_op\":%.2f,\"raw_cpu_us_per_op\":%.2f}",
-          i ? "," : "", x->runtime, mode_name(x->completion), x->spin_ns, x->raw_event, x->d_ns, x->r_ns,
-          x->d_cpu_us, x->r_cpu_us);
+          "\"devrt_ns\":%.1f,\"raw_ns\":%.1f,\"devrt_cpu_us_per_op\":%.2f,\"raw_cpu_us_per_op\":%."
+          "2f}",
+          i ? "," : "", x->runtime, mode_name(x->completion), x->spin_ns, x->raw_event, x->d_ns,
+          x->r_ns, x->d_cpu_us, x->r_cpu_us);
     else
-      printf("  %-7s %-6s completion, spin %5llu ns: devrt %8.1f ns, %6.2f us CPU; raw (%s event) %8.1f ns, "
-             "%6.2f us CPU\n", x->runtime, mode_name(x->completion), x->spin_ns, x->d_ns, x->d_cpu_us, x->raw_event,
-             x->r_ns, x->r_cpu_us);
+      printf(
+          "  %-7s %-6s completion, spin %5llu ns: devrt %8.1f ns, %6.2f us CPU; raw (%s event) "
+          "%8.1f ns, "
+          "%6.2f us CPU\n",
+          x->runtime, mode_name(x->completion), x->spin_ns, x->d_ns, x->d_cpu_us, x->raw_event,
+          x->r_ns, x->r_cpu_us);
   }
   if (js) {
-    if (c->parks) bench_cat(buf, sizeof buf, "],\"park_ns_per_submission\":%.1f", (double)c->park_ns / (double)c->parks);
-    else bench_cat(buf, sizeof buf, "]");
-    if (idle_pct >= 0) bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":%.3f,\"queue\":{", idle_pct);
-    else bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":null,\"queue\":{");
+    if (c->parks)
+      bench_cat(buf, sizeof buf, "],\"park_ns_per_submission\":%.1f",
+                (double)c->park_ns / (double)c->parks);
+    else
+      bench_cat(buf, sizeof buf, "]");
+    if (idle_pct >= 0)
+      bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":%.3f,\"queue\":{", idle_pct);
+    else
+      bench_cat(buf, sizeof buf, ",\"idle_cpu_pct\":null,\"queue\":{");
   } else {
-    if (idle_pct >= 0) printf("idle CPU: %.3f%% of one core over 1 s, %d runtimes alive\n", idle_pct, nq);
-    if (c->parks) printf("wait-first rows time the hops from the gate's signal; parking them cost %.1f ns per submission\n",
-                         (double)c->park_ns / (double)c->parks);
+    if (idle_pct >= 0)
+      printf("idle CPU: %.3f%% of one core over 1 s, %d runtimes alive\n", idle_pct, nq);
+    if (c->parks)
+      printf(
+          "wait-first rows time the hops from the gate's signal; parking them cost %.1f ns per "
+          "submission\n",
+          (double)c->park_ns / (double)c->parks);
     printf("queue counters (since each runtime was created):\n");
   }
   for (int i = 0; i < nq; i++) {
     const devrt_queue_stats* s = &q[i];
-    unsigned long long v[] = {s->submitted, s->issued_inline, s->parked, s->issued_by_dispatch, s->device_waits,
-                              s->dispatch_wakeups, s->completion_wakeups, s->completions, s->host_hops};
+    unsigned long long v[] = {s->submitted,          s->issued_inline, s->parked,
+                              s->issued_by_dispatch, s->device_waits,  s->dispatch_wakeups,
+                              s->completion_wakeups, s->completions,   s->host_hops};
     if (js)
       bench_cat(buf, sizeof buf,
-          "%s\"%s\":{\"submitted\":%llu,\"issued_inline\":%llu,\"parked\":%llu,\"issued_by_dispatch\":%llu,"
-          "\"device_waits\":%llu,\"dispatch_wakeups\":%llu,\"completion_wakeups\":%llu,\"completions\":%llu,"
-          "\"host_hops\":%llu}", i ? "," : "", c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+                "%s\"%s\":{\"submitted\":%llu,\"issued_inline\":%llu,\"parked\":%llu,\"issued_by_"
+                "dispatch\":%llu,"
+                "\"device_waits\":%llu,\"dispatch_wakeups\":%llu,\"completion_wakeups\":%llu,"
+                "\"completions\":%llu,"
+                "\"host_hops\":%llu}",
+                i ? "," : "", c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
     else
-      printf("  %-8s submitted %llu, issued inline %llu, parked %llu, issued by dispatch %llu, device waits %llu,\n"
-             "           dispatch wakeups %llu, completion wakeups %llu, completions %llu, host_hops %llu (must be 0)\n",
-             c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+      printf(
+          "  %-8s submitted %llu, issued inline %llu, parked %llu, issued by dispatch %llu, device "
+          "waits %llu,\n"
+          "           dispatch wakeups %llu, completion wakeups %llu, completions %llu, host_hops "
+          "%llu (must be 0)\n",
+          c[i].name, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
   }
   if (js) {
     bench_cat(buf, sizeof buf, "},\"host_hops_ok\":%s", hops_ok ? "true" : "false");
     bench_end_fields(b, buf);
     return;
   }
-  printf("goals: gpu_hop rows <= 1.20x raw in either order; wake_dev_to_host <= 1.20x raw; idle CPU < 1%% of a core\n"
-         "       (timings are reported, not asserted); host_hops 0 (a GPU -> host -> GPU edge fails the suite)\n");
+  printf(
+      "goals: gpu_hop rows <= 1.20x raw in either order; wake_dev_to_host <= 1.20x raw; idle CPU < "
+      "1%% of a core\n"
+      "       (timings are reported, not asserted); host_hops 0 (a GPU -> host -> GPU edge fails "
+      "the suite)\n");
 }
 
 /* completion < 0: the process-wide runtime; else an owned one whose host waits block at once. */
 static int setup(rtx* c, const cli_opts* o, const char* name, int completion) {
   c->name = name;
-  if (completion < 0) TRY("runtime", devrt_runtime_get(o->ordinal, &c->rt));
+  if (completion < 0)
+    TRY("runtime", devrt_runtime_get(o->ordinal, &c->rt));
   else {
     devrt_config cfg;
     TRY("config_init", devrt_config_init(&cfg));
@@ -245,7 +287,8 @@ static int setup(rtx* c, const cli_opts* o, const char* name, int completion) {
   TRY("pool_alloc", devrt_pool_alloc(c->rt, ELEMS * 4, c->st[0], &c->out));
   c->value = 7, c->n = ELEMS;
   c->args[0] = &c->out, c->args[1] = &c->value, c->args[2] = &c->n;
-  c->desc = (devrt_launch_desc){.kernel = k, .grid = {1, 1, 1}, .block = {ELEMS, 1, 1}, .args = c->args};
+  c->desc =
+      (devrt_launch_desc){.kernel = k, .grid = {1, 1, 1}, .block = {ELEMS, 1, 1}, .args = c->args};
   TRY("semaphore_create", devrt_semaphore_create(c->rt, 0, &c->s));
   TRY("semaphore_create", devrt_semaphore_create(c->rt, 0, &c->h));
   TRY("module_load", BE(c)->module_load(DEV(c), NULL, &c->rmod));
@@ -286,14 +329,16 @@ int bench_sem(const cli_opts* o) {
   memset(w, 0, sizeof w);
   bench_suite b;
   bench_begin(&b, o, "sem", c[0].rt->info.name, c[0].rt->be->name);
-  rc = bench_pair(&b, "gpu_hop_signal_first", &c[0], d_hop_sf, r_chain, sync_ab, ITERS, rounds) ||
-       bench_pair(&b, "gpu_hop_wait_first", &c[0], d_hop_wf, r_chain, sync_ab, ITERS, rounds) ||
-       wake_row(&b, &c[0], "wake_dev_to_host", rounds, &w[0]) ||
-       wake_row(&b, &c[1], "wake_sync_spin0", rounds, &w[1]) ||
-       wake_row(&b, &c[2], "wake_hostfn_spin0", rounds, &w[2]) ||
-       bench_pair(&b, "host_sig_parked_w_submit", &c[0], d_parked, r_wake, sync_ab, ITERS, rounds) ||
-       bench_pair(&b, "chain32k_signal_first", &c[0], d_hop_sf, r_chain, sync_ab, LONG_CHAIN, lrounds) ||
-       bench_pair(&b, "chain32k_wait_first", &c[0], d_hop_wf, r_chain, sync_ab, LONG_CHAIN, lrounds);
+  rc =
+      bench_pair(&b, "gpu_hop_signal_first", &c[0], d_hop_sf, r_chain, sync_ab, ITERS, rounds) ||
+      bench_pair(&b, "gpu_hop_wait_first", &c[0], d_hop_wf, r_chain, sync_ab, ITERS, rounds) ||
+      wake_row(&b, &c[0], "wake_dev_to_host", rounds, &w[0]) ||
+      wake_row(&b, &c[1], "wake_sync_spin0", rounds, &w[1]) ||
+      wake_row(&b, &c[2], "wake_hostfn_spin0", rounds, &w[2]) ||
+      bench_pair(&b, "host_sig_parked_w_submit", &c[0], d_parked, r_wake, sync_ab, ITERS, rounds) ||
+      bench_pair(&b, "chain32k_signal_first", &c[0], d_hop_sf, r_chain, sync_ab, LONG_CHAIN,
+                 lrounds) ||
+      bench_pair(&b, "chain32k_wait_first", &c[0], d_hop_wf, r_chain, sync_ab, LONG_CHAIN, lrounds);
   double idle = -1;
   if (!rc) { /* every runtime alive and idle */
     uint64_t c0 = cpu_ns(), t0 = bench_now_ns();
@@ -311,8 +356,9 @@ int bench_sem(const cli_opts* o) {
     hops += q[i].host_hops;
   }
   report(&b, c, w, nw, idle, q, NRT, hops == 0);
-  if (hops) fprintf(o->json ? stderr : stdout, "FAIL: %llu host hops (GPU -> host -> GPU edges)\n",
-                    (unsigned long long)hops);
+  if (hops)
+    fprintf(o->json ? stderr : stdout, "FAIL: %llu host hops (GPU -> host -> GPU edges)\n",
+            (unsigned long long)hops);
   for (int i = NRT - 1; i >= 0; i--) teardown(&c[i]);
   return rc || hops ? 1 : 0;
 }

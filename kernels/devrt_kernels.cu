@@ -10,12 +10,12 @@ __device__ static uint64_t globaltimer_ns() {
 
 __device__ static void spin_ns(uint64_t ns) {
   uint64_t start = globaltimer_ns();
-  while (globaltimer_ns() - start < ns) {
-  }
+  while (globaltimer_ns() - start < ns) {}
 }
 
-#define GRID_STRIDE(i, n) \
-  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (n); i += (uint64_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                     \
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (uint64_t)gridDim.x * blockDim.x)
 
 extern "C" __global__ void devrt_fill_u32(uint32_t* p, uint32_t value, uint64_t n) {
   GRID_STRIDE(i, n) p[i] = value;
@@ -25,7 +25,8 @@ extern "C" __global__ void devrt_copy_u32(uint32_t* dst, const uint32_t* src, ui
   GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
-extern "C" __global__ void devrt_checksum_u32(const uint32_t* p, uint64_t n, unsigned long long* out) {
+extern "C" __global__ void devrt_checksum_u32(const uint32_t* p, uint64_t n,
+                                              unsigned long long* out) {
   unsigned long long sum = 0;
   GRID_STRIDE(i, n) sum += p[i];
   atomicAdd(out, sum);
@@ -33,14 +34,16 @@ extern "C" __global__ void devrt_checksum_u32(const uint32_t* p, uint64_t n, uns
 
 // Slow writer: every thread waits delay_ns before it writes, so a reader that is not ordered
 // after it sees the old contents.
-extern "C" __global__ void devrt_slow_fill_u32(uint32_t* p, uint32_t value, uint64_t n, uint64_t delay_ns) {
+extern "C" __global__ void devrt_slow_fill_u32(uint32_t* p, uint32_t value, uint64_t n,
+                                               uint64_t delay_ns) {
   spin_ns(delay_ns);
   GRID_STRIDE(i, n) p[i] = value;
 }
 
 // Slow reader: waits delay_ns, then copies, so a writer that is not ordered after it overwrites
 // what it was meant to read.
-extern "C" __global__ void devrt_slow_copy_u32(uint32_t* dst, const uint32_t* src, uint64_t n, uint64_t delay_ns) {
+extern "C" __global__ void devrt_slow_copy_u32(uint32_t* dst, const uint32_t* src, uint64_t n,
+                                               uint64_t delay_ns) {
   spin_ns(delay_ns);
   GRID_STRIDE(i, n) dst[i] = src[i];
 }
@@ -63,7 +66,8 @@ extern "C" __global__ void devrt_spin(uint64_t ns) { spin_ns(ns); }
 extern "C" __global__ void devrt_spin_stamp(uint64_t ns, uint64_t* stamps) {
   uint64_t start = globaltimer_ns();
   spin_ns(ns);
-  if (threadIdx.x == 0) stamps[2 * blockIdx.x] = start, stamps[2 * blockIdx.x + 1] = globaltimer_ns();
+  if (threadIdx.x == 0)
+    stamps[2 * blockIdx.x] = start, stamps[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
 // Faults the context on purpose (a trap: CUDA_ERROR_LAUNCH_FAILED, sticky). cuda only: the tests

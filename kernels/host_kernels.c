@@ -30,9 +30,9 @@ static uint32_t arg_u32(void** args, unsigned i) {
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
 /* Calls body(i) for every element index this block's threads visit, as a CUDA grid-stride loop. */
-#define GRID_STRIDE(g, n, i)                                                                      \
-  for (uint64_t t_ = 0; t_ < (g)->block_dim.x; t_++)                                              \
-    for (uint64_t i = (uint64_t)(g)->block_idx.x * (g)->block_dim.x + t_; i < (n);                \
+#define GRID_STRIDE(g, n, i)                                                       \
+  for (uint64_t t_ = 0; t_ < (g)->block_dim.x; t_++)                               \
+    for (uint64_t i = (uint64_t)(g)->block_idx.x * (g)->block_dim.x + t_; i < (n); \
          i += (uint64_t)(g)->grid_dim.x * (g)->block_dim.x)
 
 static bool first_block(const dv_host_grid* g) {
@@ -41,8 +41,7 @@ static bool first_block(const dv_host_grid* g) {
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static void fill_u32(const dv_host_grid* g, void** args) {
@@ -80,7 +79,8 @@ static void slow_copy_u32(const dv_host_grid* g, void** args) {
 
 static void record_smid(const dv_host_grid* g, void** args) {
   uint32_t* out = arg_ptr(args, 0);
-  uint64_t block = ((uint64_t)g->block_idx.z * g->grid_dim.y + g->block_idx.y) * g->grid_dim.x + g->block_idx.x;
+  uint64_t block =
+      ((uint64_t)g->block_idx.z * g->grid_dim.y + g->block_idx.y) * g->grid_dim.x + g->block_idx.x;
   out[block] = g->sm; /* the worker "SM" the backend placed the block on */
 }
 
@@ -95,7 +95,7 @@ static uint64_t now_ns(void) { /* the host's %globaltimer: CLOCK_MONOTONIC */
 }
 
 static void spin_stamp(const dv_host_grid* g, void** args) {
-  uint64_t* stamps = arg_ptr(args, 1), start = now_ns();
+  uint64_t *stamps = arg_ptr(args, 1), start = now_ns();
   spin(g, args);
   stamps[2 * g->block_idx.x] = start, stamps[2 * g->block_idx.x + 1] = now_ns();
 }

@@ -30,8 +30,12 @@ static inline void* bptr(devrt_runtime* rt, devrt_block b) {
 }
 
 /* Which launch paths ran (white-box: the tests of the repeat path and of groups). */
-static inline uint64_t repeated(devrt_runtime* rt) { return dv_block_paths_get(rt).launches_repeated; }
-static inline uint64_t grouped(devrt_runtime* rt) { return dv_block_paths_get(rt).launches_grouped; }
+static inline uint64_t repeated(devrt_runtime* rt) {
+  return dv_block_paths_get(rt).launches_repeated;
+}
+static inline uint64_t grouped(devrt_runtime* rt) {
+  return dv_block_paths_get(rt).launches_grouped;
+}
 
 static inline devrt_block_stats bstats(devrt_runtime* rt) {
   devrt_block_stats st;
@@ -41,16 +45,22 @@ static inline devrt_block_stats bstats(devrt_runtime* rt) {
 }
 
 /* One launch over n elements (256-thread blocks) declaring `uses` (nuses 0: untracked). */
-static inline devrt_status k_run(devrt_runtime* rt, devrt_stream s, devrt_kernel* kern, uint64_t n, void** args,
-                                 const devrt_block_use* uses, unsigned nuses) {
-  devrt_launch_desc d = {.stream = s, .kernel = kern, .grid = {(unsigned)((n + 255) / 256)}, .block = {256},
-                         .args = args, .uses = uses, .nuses = nuses};
+static inline devrt_status k_run(devrt_runtime* rt, devrt_stream s, devrt_kernel* kern, uint64_t n,
+                                 void** args, const devrt_block_use* uses, unsigned nuses) {
+  devrt_launch_desc d = {.stream = s,
+                         .kernel = kern,
+                         .grid = {(unsigned)((n + 255) / 256)},
+                         .block = {256},
+                         .args = args,
+                         .uses = uses,
+                         .nuses = nuses};
   return devrt_launch(rt, &d);
 }
 
 /* b[0..n) = v, after delay_ns when > 0 (devrt_slow_fill_u32). */
-static inline devrt_status k_fill(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_block b, uint32_t v,
-                                  uint64_t n, uint64_t delay_ns, bool tracked) {
+static inline devrt_status k_fill(devrt_runtime* rt, const kernels* k, devrt_stream s,
+                                  devrt_block b, uint32_t v, uint64_t n, uint64_t delay_ns,
+                                  bool tracked) {
   void* p = bptr(rt, b);
   void* args[] = {&p, &v, &n, &delay_ns};
   devrt_block_use u[] = {{b, DEVRT_ACCESS_WRITE}};
@@ -58,8 +68,9 @@ static inline devrt_status k_fill(devrt_runtime* rt, const kernels* k, devrt_str
 }
 
 /* dst[0..n) = src[0..n), after delay_ns when > 0 (devrt_slow_copy_u32). */
-static inline devrt_status k_copy(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_block dst,
-                                  devrt_block src, uint64_t n, uint64_t delay_ns, bool tracked) {
+static inline devrt_status k_copy(devrt_runtime* rt, const kernels* k, devrt_stream s,
+                                  devrt_block dst, devrt_block src, uint64_t n, uint64_t delay_ns,
+                                  bool tracked) {
   void *d = bptr(rt, dst), *sp = bptr(rt, src);
   void* args[] = {&d, &sp, &n, &delay_ns};
   devrt_block_use u[] = {{src, DEVRT_ACCESS_READ}, {dst, DEVRT_ACCESS_WRITE}};
@@ -67,8 +78,8 @@ static inline devrt_status k_copy(devrt_runtime* rt, const kernels* k, devrt_str
 }
 
 /* *res (a u64 block, zeroed first) = sum of src[0..n). */
-static inline devrt_status k_checksum(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_block src,
-                                      uint64_t n, devrt_block res) {
+static inline devrt_status k_checksum(devrt_runtime* rt, const kernels* k, devrt_stream s,
+                                      devrt_block src, uint64_t n, devrt_block res) {
   devrt_status st = k_fill(rt, k, s, res, 0, 2, 0, true);
   if (st) return st;
   void *p = bptr(rt, src), *out = bptr(rt, res);
@@ -79,7 +90,8 @@ static inline devrt_status k_checksum(devrt_runtime* rt, const kernels* k, devrt
 
 /* Copies the block's first `bytes` to host memory in stream order on s (a tracked read), then
  * waits for s. */
-static inline devrt_status b_read(devrt_runtime* rt, devrt_stream s, devrt_block b, void* host, size_t bytes) {
+static inline devrt_status b_read(devrt_runtime* rt, devrt_stream s, devrt_block b, void* host,
+                                  size_t bytes) {
   void* p = bptr(rt, b);
   devrt_status st = devrt_prepare_block_use(rt, b, s, DEVRT_ACCESS_READ);
   if (!st) st = devrt_memcpy_async(rt, host, p, bytes, s);
@@ -89,7 +101,8 @@ static inline devrt_status b_read(devrt_runtime* rt, devrt_stream s, devrt_block
 }
 
 /* How many of the block's first n words differ from want (n + 1 when it cannot be read). */
-static inline uint64_t b_wrong(devrt_runtime* rt, devrt_stream s, devrt_block b, uint64_t n, uint32_t want) {
+static inline uint64_t b_wrong(devrt_runtime* rt, devrt_stream s, devrt_block b, uint64_t n,
+                               uint32_t want) {
   uint32_t* h = malloc(n * sizeof *h);
   uint64_t wrong = n + 1;
   if (h && b_read(rt, s, b, h, n * sizeof *h) == DEVRT_OK)
@@ -103,7 +116,8 @@ static inline uint64_t b_wrong(devrt_runtime* rt, devrt_stream s, devrt_block b,
 /* The block's first word (~0u when it cannot be read). */
 static inline uint32_t b_word(devrt_runtime* rt, devrt_stream s, devrt_block b) {
   uint32_t w = ~0u;
-  if (b_read(rt, s, b, &w, sizeof w) != DEVRT_OK) fprintf(stderr, "b_word: %s\n", devrt_last_error());
+  if (b_read(rt, s, b, &w, sizeof w) != DEVRT_OK)
+    fprintf(stderr, "b_word: %s\n", devrt_last_error());
   return w;
 }
 

@@ -13,40 +13,40 @@
 
 static int t_failures, t_checks;
 
-#define CHECK(c)                                                                   \
-  do {                                                                             \
-    t_checks++;                                                                    \
-    if (!(c)) {                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);        \
-      t_failures++;                                                                \
-    }                                                                              \
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    t_checks++;                                                             \
+    if (!(c)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
+      t_failures++;                                                         \
+    }                                                                       \
   } while (0)
 
-#define CHECK_STATUS(expr, want)                                                   \
-  do {                                                                             \
-    t_checks++;                                                                    \
-    devrt_status s_ = (expr);                                                      \
-    if (s_ != (want)) {                                                            \
-      fprintf(stderr, "%s:%d: %s -> %s, want %s (%s)\n", __FILE__, __LINE__, #expr, \
-              devrt_status_name(s_), devrt_status_name(want), devrt_last_error()); \
-      t_failures++;                                                                \
-    } else if ((want) != DEVRT_OK && devrt_last_error()[0] == 0) {                 \
+#define CHECK_STATUS(expr, want)                                                          \
+  do {                                                                                    \
+    t_checks++;                                                                           \
+    devrt_status s_ = (expr);                                                             \
+    if (s_ != (want)) {                                                                   \
+      fprintf(stderr, "%s:%d: %s -> %s, want %s (%s)\n", __FILE__, __LINE__, #expr,       \
+              devrt_status_name(s_), devrt_status_name(want), devrt_last_error());        \
+      t_failures++;                                                                       \
+    } else if ((want) != DEVRT_OK && devrt_last_error()[0] == 0) {                        \
       fprintf(stderr, "%s:%d: %s failed without a message\n", __FILE__, __LINE__, #expr); \
-      t_failures++;                                                                \
-    }                                                                              \
+      t_failures++;                                                                       \
+    }                                                                                     \
   } while (0)
 
 #define CHECK_OK(expr) CHECK_STATUS(expr, DEVRT_OK)
 
 /* Like CHECK_OK, but a failure ends the test at once (later steps depend on it). */
-#define REQUIRE_OK(expr)                                                           \
-  do {                                                                             \
-    devrt_status s_ = (expr);                                                      \
-    if (s_ != DEVRT_OK) {                                                          \
-      fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #expr,         \
-              devrt_status_name(s_), devrt_last_error());                          \
-      exit(1);                                                                     \
-    }                                                                              \
+#define REQUIRE_OK(expr)                                                                          \
+  do {                                                                                            \
+    devrt_status s_ = (expr);                                                                     \
+    if (s_ != DEVRT_OK) {                                                                         \
+      fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #expr, devrt_status_name(s_), \
+              devrt_last_error());                                                                \
+      exit(1);                                                                                    \
+    }                                                                                             \
   } while (0)
 
 static inline int t_done(void) {
@@ -63,7 +63,8 @@ static inline int t_want_cuda(void) {
 static inline void t_no_gpu(devrt_status s) {
   const char* req = getenv("DEVRT_REQUIRE_GPU");
   if (req && !strcmp(req, "1")) {
-    fprintf(stderr, "DEVRT_REQUIRE_GPU=1 but the cuda backend is unavailable: %s: %s\n", devrt_status_name(s), devrt_last_error());
+    fprintf(stderr, "DEVRT_REQUIRE_GPU=1 but the cuda backend is unavailable: %s: %s\n",
+            devrt_status_name(s), devrt_last_error());
     exit(1);
   }
   printf("skipped: no GPU (%s: %s)\n", devrt_status_name(s), devrt_last_error());
@@ -94,8 +95,8 @@ static inline devrt_runtime* t_runtime(void) {
 static inline int t_is_cuda(devrt_runtime* rt) { return !strcmp(rt->be->name, "cuda"); }
 
 /* Launches one of devrt's shipped kernels (backend level; the public launch API is later). */
-static inline devrt_status t_launch(devrt_runtime* rt, devrt_stream sid, const char* name, unsigned grid,
-                                    unsigned block, void** args) {
+static inline devrt_status t_launch(devrt_runtime* rt, devrt_stream sid, const char* name,
+                                    unsigned grid, unsigned block, void** args) {
   static dv_module* mod;
   static devrt_runtime* mod_rt;
   if (mod_rt != rt) {

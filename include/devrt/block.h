@@ -46,12 +46,12 @@ typedef enum devrt_access {
 typedef struct devrt_block_info {
   void* ptr;
   size_t size;
-  const char* tag;          /* as given to devrt_block_alloc (not copied) */
-  devrt_stream stream;      /* the stream it was allocated on (that lease may have ended) */
-  uint64_t generation;      /* process-wide monotonic (40 bits): every allocation gets a new one */
-  unsigned readers; /* streams with a use a write or free must wait for besides the last
-                     * writer: reads since the last write, and uses it did not follow */
-  bool writer_complete;     /* the last write is known to have completed */
+  const char* tag;      /* as given to devrt_block_alloc (not copied) */
+  devrt_stream stream;  /* the stream it was allocated on (that lease may have ended) */
+  uint64_t generation;  /* process-wide monotonic (40 bits): every allocation gets a new one */
+  unsigned readers;     /* streams with a use a write or free must wait for besides the last
+                         * writer: reads since the last write, and uses it did not follow */
+  bool writer_complete; /* the last write is known to have completed */
 } devrt_block_info;
 
 /* Allocates `size` bytes stream-ordered on `stream` from the runtime's resource stack (budget

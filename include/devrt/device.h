@@ -14,16 +14,16 @@ extern "C" {
 typedef struct devrt_device_info {
   char name[256];
   int ordinal;
-  int cc_major, cc_minor;    /* 0.0 on the host backend */
-  int sm_count;              /* on host: the configured worker count */
-  uint64_t total_memory;     /* bytes */
-  int driver_version;        /* e.g. 13000; 0 on host */
-  bool memory_pools;         /* stream-ordered pools supported */
-  bool green_contexts;       /* SM partitioning supported (driver symbols + device) */
-  bool green_ctx_streams;    /* cuGreenCtxStreamCreate present (CUDA 12.5+) */
-  bool structured_split;     /* cuDevSmResourceSplit present (CUDA 13.1+) */
-  unsigned min_partition_sms;/* smallest SM group a split can give */
-  unsigned sm_alignment;     /* SM groups are multiples of this */
+  int cc_major, cc_minor;                /* 0.0 on the host backend */
+  int sm_count;                          /* on host: the configured worker count */
+  uint64_t total_memory;                 /* bytes */
+  int driver_version;                    /* e.g. 13000; 0 on host */
+  bool memory_pools;                     /* stream-ordered pools supported */
+  bool green_contexts;                   /* SM partitioning supported (driver symbols + device) */
+  bool green_ctx_streams;                /* cuGreenCtxStreamCreate present (CUDA 12.5+) */
+  bool structured_split;                 /* cuDevSmResourceSplit present (CUDA 13.1+) */
+  unsigned min_partition_sms;            /* smallest SM group a split can give */
+  unsigned sm_alignment;                 /* SM groups are multiples of this */
   int priority_least, priority_greatest; /* stream priority range */
 } devrt_device_info;
 

@@ -13,9 +13,9 @@ extern "C" {
 typedef struct devrt_event devrt_event;
 
 enum {
-  DEVRT_EVENT_DEFAULT = 0,          /* timing disabled, synchronize may spin */
-  DEVRT_EVENT_BLOCKING_SYNC = 1u,   /* synchronize blocks the thread instead of spinning */
-  DEVRT_EVENT_TIMING = 2u,          /* enable timing (slower record) */
+  DEVRT_EVENT_DEFAULT = 0,        /* timing disabled, synchronize may spin */
+  DEVRT_EVENT_BLOCKING_SYNC = 1u, /* synchronize blocks the thread instead of spinning */
+  DEVRT_EVENT_TIMING = 2u,        /* enable timing (slower record) */
 };
 
 /* Creates an event owned by rt. Thread-safe. */

@@ -49,9 +49,9 @@ typedef struct devrt_launch_desc {
   void* user;                 /* passed to enqueue */
   unsigned grid[3], block[3]; /* 0 in y or z means 1; CUDA's limits hold on every backend */
   unsigned shared_bytes;
-  void** args;                /* CUDA kernelParams: one pointer per argument */
+  void** args; /* CUDA kernelParams: one pointer per argument */
   const devrt_block_use* uses;
-  unsigned nuses;             /* at most DEVRT_LAUNCH_MAX_USES */
+  unsigned nuses; /* at most DEVRT_LAUNCH_MAX_USES */
 } devrt_launch_desc;
 
 #define DEVRT_LAUNCH_MAX_USES 256u

@@ -47,28 +47,29 @@ enum devrt_layout_flags {
  *  uneven: `sm_counts[0..count)`, at least that many SMs per partition, in order.
  * The driver rounds every group up (8-SM multiples on Hopper, 2 with IGNORE_COSCHEDULING). */
 typedef struct devrt_layout_spec {
-  unsigned groups, min_sms;        /* even form */
-  const unsigned* sm_counts;       /* uneven form */
+  unsigned groups, min_sms;  /* even form */
+  const unsigned* sm_counts; /* uneven form */
   unsigned count;
   devrt_remainder remainder;
-  unsigned flags;                  /* devrt_layout_flags */
-  unsigned streams;                /* stream pool size of each partition (0: 4, or a fair share
-                                      of DEVRT_PARTITION_STREAMS when 4 each do not fit) */
-  const int* priorities;           /* stream priority of each requested partition, NULL: the
-                                      runtime's; a remainder partition takes the runtime's */
+  unsigned flags;        /* devrt_layout_flags */
+  unsigned streams;      /* stream pool size of each partition (0: 4, or a fair share
+                            of DEVRT_PARTITION_STREAMS when 4 each do not fit) */
+  const int* priorities; /* stream priority of each requested partition, NULL: the
+                            runtime's; a remainder partition takes the runtime's */
 } devrt_layout_spec;
 
 /* What a spec gives: the driver's answer, per partition. */
 typedef struct devrt_layout_plan {
-  unsigned partitions;                    /* requested groups (+1 for a remainder partition) */
-  unsigned sm_counts[DEVRT_MAX_PARTITIONS];/* SMs of each partition (the device's when not isolated) */
-  unsigned idle_sms;                      /* SMs the layout leaves unused */
+  unsigned partitions; /* requested groups (+1 for a remainder partition) */
+  unsigned
+      sm_counts[DEVRT_MAX_PARTITIONS]; /* SMs of each partition (the device's when not isolated) */
+  unsigned idle_sms;                   /* SMs the layout leaves unused */
   unsigned device_sms;
-  unsigned catch_all;                     /* index of the catch-all partition */
-  bool isolated;                          /* false: plain streams (fallback or PLAIN_STREAMS) */
-  bool remainder_partition;               /* the last partition is the split's remainder */
-  bool structured_split;                  /* uneven form by cuDevSmResourceSplit (13.1) */
-  char fallback_reason[160];              /* why not isolated, "" when isolated */
+  unsigned catch_all;        /* index of the catch-all partition */
+  bool isolated;             /* false: plain streams (fallback or PLAIN_STREAMS) */
+  bool remainder_partition;  /* the last partition is the split's remainder */
+  bool structured_split;     /* uneven form by cuDevSmResourceSplit (13.1) */
+  char fallback_reason[160]; /* why not isolated, "" when isolated */
 } devrt_layout_plan;
 
 /* What `spec` would give, from the driver's dry run, creating nothing. Returns the status
@@ -76,13 +77,15 @@ typedef struct devrt_layout_plan {
  * INVALID_ARGUMENT for a malformed spec or one larger than the device, OUT_OF_RESOURCES when the
  * driver gives fewer groups than asked, UNSUPPORTED without green contexts and no fallback
  * allowed. Thread-safe. */
-devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout_plan* out);
+devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec,
+                                   devrt_layout_plan* out);
 
 /* Builds every partition of `spec` in one call: one split, one green context per partition
  * (about 1.25 ms each on H200: build layouts at start-up and keep them), each partition's
  * streams and sub-budget. On failure nothing is left behind. Never changes the calling thread's
  * current context. The layout is not active until devrt_layout_activate. Thread-safe. */
-devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout** out);
+devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spec,
+                                 devrt_layout** out);
 
 /* Destroys a layout: its streams (first), its green contexts, its sub-budgets.
  * INVALID_STATE while it is active, while any of its streams is held, or while any partition
@@ -96,9 +99,9 @@ devrt_status devrt_layout_destroy(devrt_runtime* rt, devrt_layout* layout);
 devrt_status devrt_layout_activate(devrt_runtime* rt, devrt_layout* layout);
 
 typedef struct devrt_layout_info {
-  devrt_layout_plan plan;  /* what was built */
+  devrt_layout_plan plan; /* what was built */
   bool active;
-  double create_ms;        /* wall time devrt_layout_create took */
+  double create_ms; /* wall time devrt_layout_create took */
 } devrt_layout_info;
 
 /* Facts about a layout. Thread-safe. */
@@ -109,25 +112,26 @@ devrt_status devrt_layout_partition(devrt_runtime* rt, devrt_layout* layout, uns
                                     devrt_partition** out);
 
 typedef struct devrt_partition_info {
-  unsigned index;           /* in its layout */
-  unsigned sm_count;        /* SMs granted, read from the green context's own resource (device
-                               attributes stay device-wide); the device's count when not isolated */
-  bool isolated;            /* a green context of its layout's split */
-  bool catch_all;           /* the runtime's default streams come from here while active */
-  bool remainder;           /* built from the split's remainder */
-  bool cluster_capable;     /* false when split with IGNORE_COSCHEDULING */
+  unsigned index;       /* in its layout */
+  unsigned sm_count;    /* SMs granted, read from the green context's own resource (device
+                           attributes stay device-wide); the device's count when not isolated */
+  bool isolated;        /* a green context of its layout's split */
+  bool catch_all;       /* the runtime's default streams come from here while active */
+  bool remainder;       /* built from the split's remainder */
+  bool cluster_capable; /* false when split with IGNORE_COSCHEDULING */
   unsigned streams, streams_in_use;
   int priority;
   devrt_resource_figures memory; /* the sub-budget: limit, live, pending, available */
 } devrt_partition_info;
 
 /* Facts about a partition. Thread-safe. */
-devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p, devrt_partition_info* out);
+devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p,
+                                      devrt_partition_info* out);
 
 /* Takes a stream of the partition's pool (modes as devrt_stream_acquire); release it with
  * devrt_stream_release. Its kernels run only on the partition's SMs. Thread-safe. */
-devrt_status devrt_partition_stream_acquire(devrt_runtime* rt, devrt_partition* p, devrt_acquire_mode mode,
-                                            devrt_stream* out);
+devrt_status devrt_partition_stream_acquire(devrt_runtime* rt, devrt_partition* p,
+                                            devrt_acquire_mode mode, devrt_stream* out);
 
 /* The partition a stream belongs to (NULL for the runtime's own pool). Thread-safe. */
 devrt_status devrt_stream_partition(devrt_runtime* rt, devrt_stream stream, devrt_partition** out);
@@ -137,7 +141,8 @@ devrt_status devrt_stream_partition(devrt_runtime* rt, devrt_stream stream, devr
  * devrt_partition_resource count against it; one partition cannot take another's share.
  * Lowering it below the live bytes refuses later allocations until enough is freed.
  * Thread-safe. */
-devrt_status devrt_partition_set_budget(devrt_runtime* rt, devrt_partition* p, uint64_t limit_bytes);
+devrt_status devrt_partition_set_budget(devrt_runtime* rt, devrt_partition* p,
+                                        uint64_t limit_bytes);
 
 /* The partition's resource (its sub-budget over the runtime's stack), borrowed: valid while the
  * layout lives. Thread-safe. */
@@ -146,13 +151,14 @@ devrt_status devrt_partition_resource(devrt_runtime* rt, devrt_partition* p, dev
 /* Whether a and b run on disjoint SMs: true only for two different isolated partitions of the
  * same layout. Partitions of separately created layouts are never reported disjoint (separate
  * splits return the same SMs). Thread-safe. */
-devrt_status devrt_partitions_disjoint(devrt_runtime* rt, devrt_partition* a, devrt_partition* b, bool* out);
+devrt_status devrt_partitions_disjoint(devrt_runtime* rt, devrt_partition* a, devrt_partition* b,
+                                       bool* out);
 
 typedef struct devrt_partition_stats {
   uint64_t layouts_created, layouts_live;
-  uint64_t fallbacks;      /* layouts built as plain streams because green contexts were missing
-                              or refused (DEVRT_LAYOUT_ALLOW_FALLBACK) */
-  uint64_t plain;          /* layouts built as plain streams on request (PLAIN_STREAMS) */
+  uint64_t fallbacks; /* layouts built as plain streams because green contexts were missing
+                         or refused (DEVRT_LAYOUT_ALLOW_FALLBACK) */
+  uint64_t plain;     /* layouts built as plain streams on request (PLAIN_STREAMS) */
 } devrt_partition_stats;
 
 /* The runtime's layout counters. Thread-safe. */

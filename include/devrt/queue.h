@@ -60,10 +60,17 @@ typedef struct devrt_submission {
   const devrt_semaphore_value* signals; /* each value > the semaphore's value at submission */
   unsigned nsignals;
   devrt_work_kind kind;
-  devrt_launch_desc launch;                            /* LAUNCH (its stream field is ignored) */
-  struct { devrt_host_call_fn fn; void* user; } host;  /* HOST_CALL */
-  struct { size_t size; const char* tag; devrt_block* out; } alloc; /* ALLOC: *out set at once */
-  devrt_block block;                                   /* FREE */
+  devrt_launch_desc launch; /* LAUNCH (its stream field is ignored) */
+  struct {
+    devrt_host_call_fn fn;
+    void* user;
+  } host; /* HOST_CALL */
+  struct {
+    size_t size;
+    const char* tag;
+    devrt_block* out;
+  } alloc;           /* ALLOC: *out set at once */
+  devrt_block block; /* FREE */
 } devrt_submission;
 
 /* Queues one submission (see the rules above). INVALID_ARGUMENT for a bad field (nothing is
@@ -76,14 +83,14 @@ typedef enum devrt_completion_mode {
 } devrt_completion_mode;
 
 typedef struct devrt_queue_stats {
-  uint64_t submitted, refused;  /* accepted; refused by devrt_queue_submit */
-  uint64_t issued_inline;       /* issued on the submitting thread: every wait already scheduled */
-  uint64_t parked;              /* parked because a wait was not yet scheduled */
-  uint64_t issued_by_dispatch;  /* issued by the dispatch thread */
-  uint64_t host_calls, failed;  /* host calls run; submissions failed (their signals failed) */
-  uint64_t device_waits;        /* cuStreamWaitEvent inserted for semaphore waits */
-  uint64_t host_hops;           /* device work released only once a device signal had completed on
-                                   the host (a GPU -> host -> GPU edge): 0 in a correct queue */
+  uint64_t submitted, refused; /* accepted; refused by devrt_queue_submit */
+  uint64_t issued_inline;      /* issued on the submitting thread: every wait already scheduled */
+  uint64_t parked;             /* parked because a wait was not yet scheduled */
+  uint64_t issued_by_dispatch; /* issued by the dispatch thread */
+  uint64_t host_calls, failed; /* host calls run; submissions failed (their signals failed) */
+  uint64_t device_waits;       /* cuStreamWaitEvent inserted for semaphore waits */
+  uint64_t host_hops;          /* device work released only once a device signal had completed on
+                                  the host (a GPU -> host -> GPU edge): 0 in a correct queue */
   uint64_t dispatch_wakeups, completion_wakeups, completions;
   devrt_completion_mode completion;
   bool device_lost;

@@ -48,7 +48,8 @@ enum { DEVRT_REAP_WAIT = 1u }; /* reap: block until every pending free completed
  * reap / trim: retire completed frees / give cached bytes back; decorators forward them.
  * destroy: free the object (its upstream reference is dropped by devrt afterwards). */
 typedef struct devrt_resource_vtable {
-  devrt_status (*allocate)(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out);
+  devrt_status (*allocate)(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
+                           void** out);
   devrt_status (*deallocate)(devrt_resource* self, void* ptr, size_t size, devrt_stream stream);
   devrt_status (*query)(devrt_resource* self, devrt_resource_figures* out);
   devrt_status (*reap)(devrt_resource* self, unsigned flags, uint64_t* reaped);
@@ -69,16 +70,18 @@ struct devrt_resource {
 
 /* Initialises the head: one reference, retains upstream (may be NULL for a leaf), inherits its
  * account. Thread-safe. */
-devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vtable, const char* name,
-                                 devrt_runtime* rt, devrt_resource* upstream);
+devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vtable,
+                                 const char* name, devrt_runtime* rt, devrt_resource* upstream);
 /* Reference counting: the last release destroys the resource, then releases its upstream. */
 devrt_status devrt_resource_retain(devrt_resource* r);
 devrt_status devrt_resource_release(devrt_resource* r);
 
 /* The checked entry points. size 0 is INVALID_ARGUMENT (devrt's policy: a zero-byte request is a
  * caller bug); tag may be NULL ("untagged") and must outlive the runtime (a string literal). */
-devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag, void** out);
-devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream);
+devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream,
+                                     const char* tag, void** out);
+devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size,
+                                       devrt_stream stream);
 devrt_status devrt_resource_query(devrt_resource* r, devrt_resource_figures* out);
 devrt_status devrt_resource_reap(devrt_resource* r, unsigned flags, uint64_t* reaped);
 devrt_status devrt_resource_trim(devrt_resource* r, uint64_t* released);
@@ -111,23 +114,25 @@ typedef struct devrt_caching_options {
   uint64_t max_cached_bytes; /* above this, frees go upstream (0: no bound) */
 } devrt_caching_options;
 /* Per-stream, size-classed free lists in front of upstream. opts may be NULL (defaults). */
-devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
-                                           devrt_resource** out);
+devrt_status devrt_caching_resource_create(devrt_resource* upstream,
+                                           const devrt_caching_options* opts, devrt_resource** out);
 
 /* Called on OVER_BUDGET or device out-of-memory: return true to retry the allocation once more. */
 typedef bool (*devrt_fallback_fn)(void* user, size_t size, const char* tag, devrt_status why);
 
 typedef struct devrt_budget_options {
-  uint64_t limit_bytes;        /* > 0 */
-  bool wait_for_pending;       /* under pressure, block for pending frees before refusing */
-  devrt_fallback_fn fallback;  /* may be NULL: the error is returned */
+  uint64_t limit_bytes;       /* > 0 */
+  bool wait_for_pending;      /* under pressure, block for pending frees before refusing */
+  devrt_fallback_fn fallback; /* may be NULL: the error is returned */
   void* fallback_user;
 } devrt_budget_options;
 /* A byte limit over everything beneath it. Lock-free admission. */
-devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts, devrt_resource** out);
+devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts,
+                                 devrt_resource** out);
 /* A sub-budget under `parent` (a budget): its allocations count against both; it can never
  * exceed the parent. */
-devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes, devrt_resource** out);
+devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes,
+                                       devrt_resource** out);
 
 typedef enum devrt_log_format { DEVRT_LOG_CSV = 0, DEVRT_LOG_JSONL } devrt_log_format;
 typedef struct devrt_log_record {
@@ -140,15 +145,15 @@ typedef struct devrt_log_record {
 } devrt_log_record;
 typedef void (*devrt_log_fn)(void* user, const devrt_log_record* rec);
 typedef struct devrt_logging_options {
-  const char* path;        /* a file, or NULL with a callback */
+  const char* path; /* a file, or NULL with a callback */
   devrt_log_format format;
-  devrt_log_fn callback;   /* may be NULL with a path */
+  devrt_log_fn callback; /* may be NULL with a path */
   void* user;
   unsigned buffer_records; /* records buffered before a write (default 256) */
 } devrt_logging_options;
 /* Telemetry per allocate, failure, free and reap; never changes the inner result. */
-devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt_logging_options* opts,
-                                           devrt_resource** out);
+devrt_status devrt_logging_resource_create(devrt_resource* upstream,
+                                           const devrt_logging_options* opts, devrt_resource** out);
 /* Writes buffered records out. */
 devrt_status devrt_logging_flush(devrt_resource* logging);
 

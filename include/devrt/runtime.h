@@ -25,26 +25,28 @@ typedef enum devrt_backend_kind {
 #define DEVRT_RELEASE_KEEP_ALL UINT64_MAX
 
 typedef struct devrt_config {
-  int ordinal;                    /* device ordinal (devrt_runtime_create; devrt_configure sets it) */
-  devrt_backend_kind backend;     /* DEVRT_BACKEND: auto|cuda|host (default auto) */
-  unsigned stream_pool_size;      /* DEVRT_STREAMS: 1..DEVRT_MAX_STREAMS (default 16) */
-  int stream_priority;            /* DEVRT_STREAM_PRIORITY: 0 normal, <0 higher (CUDA's convention) */
-  uint64_t pool_release_threshold;/* DEVRT_POOL_RELEASE: bytes the pool keeps at sync (default keep all) */
-  unsigned host_workers;          /* DEVRT_HOST_WORKERS: the host backend's "SM count" (default 8) */
-  unsigned host_devices;          /* DEVRT_HOST_DEVICES: how many host devices exist (default 1) */
+  int ordinal;                /* device ordinal (devrt_runtime_create; devrt_configure sets it) */
+  devrt_backend_kind backend; /* DEVRT_BACKEND: auto|cuda|host (default auto) */
+  unsigned stream_pool_size;  /* DEVRT_STREAMS: 1..DEVRT_MAX_STREAMS (default 16) */
+  int stream_priority;        /* DEVRT_STREAM_PRIORITY: 0 normal, <0 higher (CUDA's convention) */
+  uint64_t pool_release_threshold; /* DEVRT_POOL_RELEASE: bytes the pool keeps at sync (default keep
+                                      all) */
+  unsigned host_workers; /* DEVRT_HOST_WORKERS: the host backend's "SM count" (default 8) */
+  unsigned host_devices; /* DEVRT_HOST_DEVICES: how many host devices exist (default 1) */
   /* The default resource stack (budget -> logging -> statistics -> caching -> async): */
-  uint64_t budget_bytes;          /* DEVRT_BUDGET=bytes: the device budget (0: see budget_percent) */
-  unsigned budget_percent;        /* DEVRT_BUDGET=N%: percent of device memory (default 100) */
-  bool cache;                     /* DEVRT_CACHE=0|1: the caching layer (default on) */
-  const char* log_path;           /* DEVRT_LOG=path: the logging layer, off when NULL */
-  bool log_jsonl;                 /* DEVRT_LOG_FORMAT=csv|jsonl (default csv) */
+  uint64_t budget_bytes;   /* DEVRT_BUDGET=bytes: the device budget (0: see budget_percent) */
+  unsigned budget_percent; /* DEVRT_BUDGET=N%: percent of device memory (default 100) */
+  bool cache;              /* DEVRT_CACHE=0|1: the caching layer (default on) */
+  const char* log_path;    /* DEVRT_LOG=path: the logging layer, off when NULL */
+  bool log_jsonl;          /* DEVRT_LOG_FORMAT=csv|jsonl (default csv) */
   /* Semaphores and the submission queue (semaphore.h, queue.h): */
-  uint64_t wait_spin_ns;          /* DEVRT_WAIT_SPIN_NS: host waits spin this long, then block (default 20000) */
-  int completion;                 /* DEVRT_COMPLETION=sync|hostfn: how device completion reaches the host
-                                     (a devrt_completion_mode, queue.h; default sync) */
-  unsigned partition_streams;     /* DEVRT_PARTITION_STREAMS: stream slots reserved for layouts'
-                                     partitions, all layouts together (partition.h; default 64);
-                                     stream_pool_size + this <= DEVRT_MAX_STREAMS */
+  uint64_t
+      wait_spin_ns; /* DEVRT_WAIT_SPIN_NS: host waits spin this long, then block (default 20000) */
+  int completion;   /* DEVRT_COMPLETION=sync|hostfn: how device completion reaches the host
+                       (a devrt_completion_mode, queue.h; default sync) */
+  unsigned partition_streams; /* DEVRT_PARTITION_STREAMS: stream slots reserved for layouts'
+                                 partitions, all layouts together (partition.h; default 64);
+                                 stream_pool_size + this <= DEVRT_MAX_STREAMS */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.
@@ -73,11 +75,11 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt);
 
 typedef struct devrt_runtime_info {
   int ordinal;
-  devrt_backend_kind backend;       /* the backend actually chosen (cuda or host) */
-  const char* backend_name;         /* "cuda" or "host" */
-  char backend_reason[256];         /* why that backend was chosen */
+  devrt_backend_kind backend; /* the backend actually chosen (cuda or host) */
+  const char* backend_name;   /* "cuda" or "host" */
+  char backend_reason[256];   /* why that backend was chosen */
   unsigned stream_pool_size;
-  unsigned streams_created;         /* pool streams created so far (they are reused) */
+  unsigned streams_created; /* pool streams created so far (they are reused) */
   unsigned streams_in_use;
 } devrt_runtime_info;
 

@@ -74,7 +74,8 @@ devrt_status devrt_semaphore_fail(devrt_semaphore* sem, devrt_status status, con
 
 /* The root cause: *status is OK while the semaphore has not failed, else the first failure's
  * status, and *message its message ("" if none; valid as long as the semaphore). Thread-safe. */
-devrt_status devrt_semaphore_failure(devrt_semaphore* sem, devrt_status* status, const char** message);
+devrt_status devrt_semaphore_failure(devrt_semaphore* sem, devrt_status* status,
+                                     const char** message);
 
 /* Waits for all (DEVRT_WAIT_ALL) or any (DEVRT_WAIT_ANY) of n semaphores to reach their values.
  * n == 0 returns OK at once. *index (may be NULL) is, for ANY, a semaphore that reached its value;

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-typedef uint64_t devrt_stream;   /* 0 is never a valid stream */
+typedef uint64_t devrt_stream; /* 0 is never a valid stream */
 #define DEVRT_STREAM_NONE ((devrt_stream)0)
 
 typedef enum devrt_acquire_mode {

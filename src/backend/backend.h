@@ -13,14 +13,16 @@
 #include "devrt/runtime.h"
 #include "../core/error.h"
 
-typedef struct dv_dev dv_dev;         /* one opened device */
-typedef struct dv_stream dv_stream;   /* CUstream / host worker */
-typedef struct dv_event dv_event;     /* CUevent / host fence */
-typedef struct dv_module dv_module;   /* CUmodule / host kernel table */
-typedef struct dv_kernel dv_kernel;   /* CUfunction / host kernel entry */
-typedef struct dv_green dv_green;     /* CUgreenCtx / host worker slice */
+typedef struct dv_dev dv_dev;       /* one opened device */
+typedef struct dv_stream dv_stream; /* CUstream / host worker */
+typedef struct dv_event dv_event;   /* CUevent / host fence */
+typedef struct dv_module dv_module; /* CUmodule / host kernel table */
+typedef struct dv_kernel dv_kernel; /* CUfunction / host kernel entry */
+typedef struct dv_green dv_green;   /* CUgreenCtx / host worker slice */
 
-typedef struct dv_dim3 { unsigned x, y, z; } dv_dim3;
+typedef struct dv_dim3 {
+  unsigned x, y, z;
+} dv_dim3;
 
 /* An SM resource (CUdevResource on cuda, a worker set on host) in bytes the backend owns;
  * sms is its SM count. */
@@ -32,13 +34,16 @@ typedef struct dv_res {
 
 /* A host-backend kernel: run once per block of the grid. args are CUDA-style kernelParams. */
 /* sm: the worker "SM" the block is placed on: blocks go round-robin over the stream's slice. */
-typedef struct dv_host_grid { dv_dim3 block_idx, grid_dim, block_dim; unsigned sm; } dv_host_grid;
+typedef struct dv_host_grid {
+  dv_dim3 block_idx, grid_dim, block_dim;
+  unsigned sm;
+} dv_host_grid;
 typedef void (*dv_host_kernel_fn)(const dv_host_grid* g, void** args);
 typedef struct dv_host_kernel_def {
   const char* name;
   dv_host_kernel_fn fn;
   unsigned nargs;
-  unsigned arg_size[8];  /* bytes of each argument, so a launch can copy them */
+  unsigned arg_size[8]; /* bytes of each argument, so a launch can copy them */
 } dv_host_kernel_def;
 
 /* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails.
@@ -46,13 +51,21 @@ typedef struct dv_host_kernel_def {
  * (a virtual GPU, MPS) does.
  * DV_FAULT_DEVICE is sticky, like a CUDA launch fault: from its Nth event query or synchronize
  * on, every event query and synchronize fails (a lost device). */
-typedef enum dv_fault_op { DV_FAULT_ALLOC, DV_FAULT_FREE, DV_FAULT_EVENT_RECORD, DV_FAULT_DEVICE, DV_FAULT_GREEN, DV_FAULT_OPS_ } dv_fault_op;
+typedef enum dv_fault_op {
+  DV_FAULT_ALLOC,
+  DV_FAULT_FREE,
+  DV_FAULT_EVENT_RECORD,
+  DV_FAULT_DEVICE,
+  DV_FAULT_GREEN,
+  DV_FAULT_OPS_
+} dv_fault_op;
 
 typedef struct dv_backend {
   /* The calls between which launches and allocations run, in one line: a launch reads one line
    * of the table, not three. */
-  _Alignas(64) devrt_status (*launch)(dv_stream* s, dv_kernel* k, const unsigned grid[3], const unsigned block[3],
-                                      unsigned shmem, void** args); /* grid, block: a y or z of 0 means 1 */
+  _Alignas(64) devrt_status (*launch)(dv_stream* s, dv_kernel* k, const unsigned grid[3],
+                                      const unsigned block[3], unsigned shmem,
+                                      void** args); /* grid, block: a y or z of 0 means 1 */
   devrt_status (*event_record)(dv_event* e, dv_stream* s);
   devrt_status (*stream_wait)(dv_stream* s, dv_event* e);
   devrt_status (*event_query)(dv_event* e, bool* complete);
@@ -96,8 +109,8 @@ typedef struct dv_backend {
   devrt_status (*sm_resource)(dv_dev* d, dv_res* out); /* the whole device */
   /* One split of `in` into up to *n groups of at least min_sms SMs (DEVRT_SPLIT_* flags);
    * groups NULL: a dry run, *n gets how many the driver would give. rem gets the rest. */
-  devrt_status (*sm_split)(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
-                           unsigned* n, dv_res* rem);
+  devrt_status (*sm_split)(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags,
+                           dv_res* groups, unsigned* n, dv_res* rem);
   /* A green context of the union of res[0..n) (outputs of one split); its streams come from
    * stream_create(d, g, ...). */
   devrt_status (*green_create)(dv_dev* d, const dv_res* res, unsigned n, dv_green** out);

@@ -28,10 +28,10 @@ struct dv_green {
 static _Atomic unsigned faults[DV_FAULT_OPS_];
 static const dv_driver* D; /* set by the first device_open; the driver table is process-wide */
 
-#define CU(call, ...)                                                              \
-  do {                                                                             \
-    CUresult r_ = (call);                                                          \
-    if (DV_UNLIKELY(r_ != CUDA_SUCCESS)) return dv_cu_fail(r_, __VA_ARGS__);       \
+#define CU(call, ...)                                                        \
+  do {                                                                       \
+    CUresult r_ = (call);                                                    \
+    if (DV_UNLIKELY(r_ != CUDA_SUCCESS)) return dv_cu_fail(r_, __VA_ARGS__); \
   } while (0)
 
 static devrt_status push(dv_dev* d, CUcontext ctx) {
@@ -46,7 +46,10 @@ static void pop(void) {
 static devrt_status cu_device_count(int* out) {
   const dv_driver* d;
   devrt_status s = dv_driver_get(&d);
-  if (s == DEVRT_ERR_NO_DEVICE) { *out = 0; return DEVRT_OK; }
+  if (s == DEVRT_ERR_NO_DEVICE) {
+    *out = 0;
+    return DEVRT_OK;
+  }
   DV_CHECK(s);
   CU(d->cuDeviceGetCount(out), "cuDeviceGetCount", "(counting devices)");
   return DEVRT_OK;
@@ -60,8 +63,11 @@ static int attr(dv_dev* d, CUdevice_attribute a) {
 
 static devrt_status sm_resource(dv_dev* d, CUdevResource* res) {
   memset(res, 0, sizeof *res);
-  if (!D->has_green) return dv_fail(DEVRT_ERR_UNSUPPORTED, "green contexts: the driver (%d) lacks them (CUDA 12.4+)", D->version);
-  CU(D->cuDeviceGetDevResource(d->dev, res, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource", "(device %d)", d->info.ordinal);
+  if (!D->has_green)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "green contexts: the driver (%d) lacks them (CUDA 12.4+)",
+                   D->version);
+  CU(D->cuDeviceGetDevResource(d->dev, res, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource",
+     "(device %d)", d->info.ordinal);
   return DEVRT_OK;
 }
 
@@ -115,7 +121,8 @@ static devrt_status cu_device_open(const devrt_config* cfg, dv_dev** out) {
   int n = 0;
   CU(D->cuDeviceGetCount(&n), "cuDeviceGetCount", "(counting devices)");
   if (cfg->ordinal < 0 || cfg->ordinal >= n)
-    return dv_fail(DEVRT_ERR_NO_DEVICE, "cuda device_open: ordinal %d, but %d CUDA device(s)", cfg->ordinal, n);
+    return dv_fail(DEVRT_ERR_NO_DEVICE, "cuda device_open: ordinal %d, but %d CUDA device(s)",
+                   cfg->ordinal, n);
   dv_dev* d = calloc(1, sizeof *d);
   if (!d) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "cuda device_open: out of host memory");
   d->d = D;
@@ -128,7 +135,10 @@ static devrt_status cu_device_open(const devrt_config* cfg, dv_dev** out) {
   fill_info(d, cfg);
   if (d->info.memory_pools) {
     devrt_status s = create_pool(d, cfg);
-    if (s != DEVRT_OK) { cu_device_close(d); return s; }
+    if (s != DEVRT_OK) {
+      cu_device_close(d);
+      return s;
+    }
   }
   *out = d;
   return DEVRT_OK;
@@ -142,12 +152,14 @@ static devrt_status cu_device_info(dv_dev* d, devrt_device_info* out) {
 static devrt_status cu_stream_create(dv_dev* d, dv_green* g, int priority, dv_stream** out) {
   CUstream s;
   if (g && D->has_green_streams) {
-    CU(D->cuGreenCtxStreamCreate(&s, g->g, CU_STREAM_NON_BLOCKING, priority), "cuGreenCtxStreamCreate", "(priority %d)", priority);
+    CU(D->cuGreenCtxStreamCreate(&s, g->g, CU_STREAM_NON_BLOCKING, priority),
+       "cuGreenCtxStreamCreate", "(priority %d)", priority);
   } else {
     DV_CHECK(push(d, g ? g->ctx : NULL));
     CUresult r = D->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, priority);
     pop();
-    if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuStreamCreateWithPriority", "(priority %d)", priority);
+    if (r != CUDA_SUCCESS)
+      return dv_cu_fail(r, "cuStreamCreateWithPriority", "(priority %d)", priority);
   }
   *out = (dv_stream*)s;
   return DEVRT_OK;
@@ -186,12 +198,14 @@ static void cu_event_destroy(dv_dev* d, dv_event* e) {
 DV_HOT static devrt_status cu_event_record(dv_event* e, dv_stream* s) {
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_EVENT_RECORD])))
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "cuEventRecord: injected fault");
-  CU(D->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", "(event %p, stream %p)", (void*)e, (void*)s);
+  CU(D->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", "(event %p, stream %p)", (void*)e,
+     (void*)s);
   return DEVRT_OK;
 }
 
 DV_HOT static devrt_status cu_stream_wait(dv_stream* s, dv_event* e) {
-  CU(D->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent", "(stream %p, event %p)", (void*)s, (void*)e);
+  CU(D->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent", "(stream %p, event %p)",
+     (void*)s, (void*)e);
   return DEVRT_OK;
 }
 
@@ -203,9 +217,10 @@ static bool device_faulted(void) {
   atomic_store(&faulted, true);
   return true;
 }
-#define FAULTED(call)                                                                             \
-  if (DV_UNLIKELY(device_faulted()))                                                              \
-  return dv_fail(DEVRT_ERR_BACKEND_ERROR, call ": injected device fault (sticky: the device is lost)")
+#define FAULTED(call)                     \
+  if (DV_UNLIKELY(device_faulted()))      \
+  return dv_fail(DEVRT_ERR_BACKEND_ERROR, \
+                 call ": injected device fault (sticky: the device is lost)")
 
 static devrt_status cu_event_query(dv_event* e, bool* complete) {
   FAULTED("cuEventQuery");
@@ -227,11 +242,15 @@ static devrt_status cu_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
 }
 
 DV_HOT static devrt_status cu_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
-  if (DV_UNLIKELY(!d->pool)) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_alloc: device %d has no memory pools", d->info.ordinal);
+  if (DV_UNLIKELY(!d->pool))
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_alloc: device %d has no memory pools",
+                   d->info.ordinal);
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_ALLOC])))
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "cuMemAllocFromPoolAsync: injected fault (%zu bytes)", size);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "cuMemAllocFromPoolAsync: injected fault (%zu bytes)", size);
   CUdeviceptr p;
-  CU(D->cuMemAllocFromPoolAsync(&p, size, d->pool, (CUstream)s), "cuMemAllocFromPoolAsync", "(%zu bytes, device %d)", size, d->info.ordinal);
+  CU(D->cuMemAllocFromPoolAsync(&p, size, d->pool, (CUstream)s), "cuMemAllocFromPoolAsync",
+     "(%zu bytes, device %d)", size, d->info.ordinal);
   *out = (void*)(uintptr_t)p;
   return DEVRT_OK;
 }
@@ -245,31 +264,41 @@ DV_HOT static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
 }
 
 static devrt_status cu_pool_stats(dv_dev* d, devrt_pool_stats* out) {
-  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_stats: device %d has no memory pools", d->info.ordinal);
+  if (!d->pool)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_stats: device %d has no memory pools",
+                   d->info.ordinal);
   static const CUmemPool_attribute attrs[5] = {
-      CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-      CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD};
-  uint64_t* fields[5] = {&out->used_current, &out->used_high, &out->reserved_current, &out->reserved_high,
-                         &out->release_threshold};
+      CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+      CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+      CU_MEMPOOL_ATTR_RELEASE_THRESHOLD};
+  uint64_t* fields[5] = {&out->used_current, &out->used_high, &out->reserved_current,
+                         &out->reserved_high, &out->release_threshold};
   for (int i = 0; i < 5; i++) {
     cuuint64_t v = 0;
-    CU(D->cuMemPoolGetAttribute(d->pool, attrs[i], &v), "cuMemPoolGetAttribute", "(attribute %d)", (int)attrs[i]);
+    CU(D->cuMemPoolGetAttribute(d->pool, attrs[i], &v), "cuMemPoolGetAttribute", "(attribute %d)",
+       (int)attrs[i]);
     *fields[i] = v;
   }
   return DEVRT_OK;
 }
 
 static devrt_status cu_pool_trim(dv_dev* d, size_t keep) {
-  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_trim: device %d has no memory pools", d->info.ordinal);
+  if (!d->pool)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_trim: device %d has no memory pools",
+                   d->info.ordinal);
   CU(D->cuMemPoolTrimTo(d->pool, keep), "cuMemPoolTrimTo", "(keep %zu)", keep);
   return DEVRT_OK;
 }
 
 static devrt_status cu_pool_reset_high(dv_dev* d) {
-  if (!d->pool) return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_reset_high: device %d has no memory pools", d->info.ordinal);
+  if (!d->pool)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_reset_high: device %d has no memory pools",
+                   d->info.ordinal);
   cuuint64_t zero = 0;
-  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero), "cuMemPoolSetAttribute", "(USED_MEM_HIGH)");
-  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero), "cuMemPoolSetAttribute", "(RESERVED_MEM_HIGH)");
+  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero),
+     "cuMemPoolSetAttribute", "(USED_MEM_HIGH)");
+  CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero),
+     "cuMemPoolSetAttribute", "(RESERVED_MEM_HIGH)");
   return DEVRT_OK;
 }
 
@@ -280,7 +309,8 @@ static devrt_status cu_mem_alloc(dv_dev* d, size_t size, void** out) {
   CUdeviceptr p;
   CUresult r = D->cuMemAlloc(&p, size);
   pop();
-  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuMemAlloc", "(%zu bytes, device %d)", size, d->info.ordinal);
+  if (r != CUDA_SUCCESS)
+    return dv_cu_fail(r, "cuMemAlloc", "(%zu bytes, device %d)", size, d->info.ordinal);
   *out = (void*)(uintptr_t)p;
   return DEVRT_OK;
 }
@@ -296,12 +326,14 @@ static devrt_status cu_mem_free(dv_dev* d, void* p) {
 }
 
 static devrt_status cu_memset_async(dv_stream* s, void* p, int byte, size_t size) {
-  CU(D->cuMemsetD8Async((CUdeviceptr)(uintptr_t)p, (unsigned char)byte, size, (CUstream)s), "cuMemsetD8Async", "(%p, %zu bytes)", p, size);
+  CU(D->cuMemsetD8Async((CUdeviceptr)(uintptr_t)p, (unsigned char)byte, size, (CUstream)s),
+     "cuMemsetD8Async", "(%p, %zu bytes)", p, size);
   return DEVRT_OK;
 }
 
 static devrt_status cu_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
-  CU(D->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size, (CUstream)s), "cuMemcpyAsync", "(%p <- %p, %zu bytes)", dst, src, size);
+  CU(D->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size, (CUstream)s),
+     "cuMemcpyAsync", "(%p <- %p, %zu bytes)", dst, src, size);
   return DEVRT_OK;
 }
 
@@ -310,7 +342,9 @@ static devrt_status cu_module_load(dv_dev* d, const void* image, dv_module** out
   CUmodule m;
   CUresult r = D->cuModuleLoadData(&m, image ? image : devrt_fatbin);
   pop();
-  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuModuleLoadData", "(%s image, device %d)", image ? "user" : "embedded", d->info.ordinal);
+  if (r != CUDA_SUCCESS)
+    return dv_cu_fail(r, "cuModuleLoadData", "(%s image, device %d)", image ? "user" : "embedded",
+                      d->info.ordinal);
   *out = (dv_module*)m;
   return DEVRT_OK;
 }
@@ -328,31 +362,37 @@ static devrt_status cu_kernel_get(dv_module* m, const char* name, dv_kernel** ou
   return DEVRT_OK;
 }
 
-DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned g[3], const unsigned b[3],
-                                     unsigned shmem, void** args) {
-  CU(D->cuLaunchKernel((CUfunction)k, g[0], g[1] + !g[1], g[2] + !g[2], b[0], b[1] + !b[1], b[2] + !b[2], shmem,
-                       (CUstream)s, args, NULL),
-     "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u; 0 means 1)", g[0], g[1], g[2], b[0], b[1], b[2],
-     shmem);
+DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned g[3],
+                                     const unsigned b[3], unsigned shmem, void** args) {
+  CU(D->cuLaunchKernel((CUfunction)k, g[0], g[1] + !g[1], g[2] + !g[2], b[0], b[1] + !b[1],
+                       b[2] + !b[2], shmem, (CUstream)s, args, NULL),
+     "cuLaunchKernel", "(grid %ux%ux%u, block %ux%ux%u, shmem %u; 0 means 1)", g[0], g[1], g[2],
+     b[0], b[1], b[2], shmem);
   return DEVRT_OK;
 }
 
 static devrt_status cu_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {
-  if (!D->cuFuncGetParamInfo) return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuFuncGetParamInfo: the driver (%d) lacks it (CUDA 12.4+)", D->version);
+  if (!D->cuFuncGetParamInfo)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "cuFuncGetParamInfo: the driver (%d) lacks it (CUDA 12.4+)", D->version);
   unsigned i = 0;
   for (size_t off, size;; i++) {
     CUresult r = D->cuFuncGetParamInfo((CUfunction)k, i, &off, &size);
     if (r == CUDA_ERROR_INVALID_VALUE) break; /* past the last parameter */
     if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuFuncGetParamInfo", "(parameter %u)", i);
-    if (i == max) return dv_fail(DEVRT_ERR_UNSUPPORTED, "kernel_params: more than %u parameters", max);
+    if (i == max)
+      return dv_fail(DEVRT_ERR_UNSUPPORTED, "kernel_params: more than %u parameters", max);
     sizes[i] = (unsigned)size;
   }
   *n = i;
   return DEVRT_OK;
 }
 
-_Static_assert(sizeof(CUdevResource) <= sizeof(((dv_res*)0)->opaque), "dv_res holds a CUdevResource");
-static const CUdevResource* ccres(const dv_res* r) { return (const CUdevResource*)(const void*)r->opaque; }
+_Static_assert(sizeof(CUdevResource) <= sizeof(((dv_res*)0)->opaque),
+               "dv_res holds a CUdevResource");
+static const CUdevResource* ccres(const dv_res* r) {
+  return (const CUdevResource*)(const void*)r->opaque;
+}
 static void wrap(dv_res* r, const CUdevResource* c, bool splittable) {
   memcpy(r->opaque, c, sizeof *c);
   r->sms = c->sm.smCount;
@@ -366,14 +406,17 @@ static devrt_status cu_sm_resource(dv_dev* d, dv_res* out) {
   return DEVRT_OK;
 }
 
-static devrt_status cu_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
-                                unsigned* n, dv_res* rem) {
-  unsigned f = (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING) ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0;
+static devrt_status cu_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags,
+                                dv_res* groups, unsigned* n, dv_res* rem) {
+  unsigned f = (flags & DEVRT_SPLIT_IGNORE_COSCHEDULING)
+                   ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING
+                   : 0;
   CUdevResource out[DEVRT_MAX_PARTITIONS + 1], left;
   if (groups && *n > DEVRT_MAX_PARTITIONS + 1) *n = DEVRT_MAX_PARTITIONS + 1;
   memset(&left, 0, sizeof left);
   CU(D->cuDevSmResourceSplitByCount(groups ? out : NULL, n, ccres(in), &left, f, min_sms),
-     "cuDevSmResourceSplitByCount", "(%u of %u SMs, flags 0x%x, device %d)", min_sms, in->sms, flags, d->info.ordinal);
+     "cuDevSmResourceSplitByCount", "(%u of %u SMs, flags 0x%x, device %d)", min_sms, in->sms,
+     flags, d->info.ordinal);
   for (unsigned i = 0; groups && i < *n; i++) wrap(&groups[i], &out[i], false);
   wrap(rem, &left, false);
   return DEVRT_OK;
@@ -381,12 +424,15 @@ static devrt_status cu_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, u
 
 static devrt_status cu_green_create(dv_dev* d, const dv_res* res, unsigned n, dv_green** out) {
   if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_GREEN])))
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuGreenCtxCreate: injected refusal (as a virtual GPU or MPS gives)");
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "cuGreenCtxCreate: injected refusal (as a virtual GPU or MPS gives)");
   CUdevResource r[2];
-  if (n < 1 || n > 2) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "green_create: %u resources (1 or 2)", n);
+  if (n < 1 || n > 2)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "green_create: %u resources (1 or 2)", n);
   for (unsigned i = 0; i < n; i++) r[i] = *ccres(&res[i]);
   CUdevResourceDesc desc;
-  CU(D->cuDevResourceGenerateDesc(&desc, r, n), "cuDevResourceGenerateDesc", "(%u resources, %u SMs)", n, res[0].sms);
+  CU(D->cuDevResourceGenerateDesc(&desc, r, n), "cuDevResourceGenerateDesc",
+     "(%u resources, %u SMs)", n, res[0].sms);
   dv_green* g = calloc(1, sizeof *g);
   if (!g) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "green_create: out of host memory");
   CUresult e = D->cuGreenCtxCreate(&g->g, desc, d->dev, CU_GREEN_CTX_DEFAULT_STREAM);
@@ -403,7 +449,8 @@ static devrt_status cu_green_create(dv_dev* d, const dv_res* res, unsigned n, dv
 static devrt_status cu_green_resource(dv_green* g, dv_res* out) {
   CUdevResource got;
   memset(&got, 0, sizeof got);
-  CU(D->cuGreenCtxGetDevResource(g->g, &got, CU_DEV_RESOURCE_TYPE_SM), "cuGreenCtxGetDevResource", "(green context %p)", (void*)g->g);
+  CU(D->cuGreenCtxGetDevResource(g->g, &got, CU_DEV_RESOURCE_TYPE_SM), "cuGreenCtxGetDevResource",
+     "(green context %p)", (void*)g->g);
   wrap(out, &got, true);
   return DEVRT_OK;
 }

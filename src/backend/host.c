@@ -15,19 +15,28 @@
 /* Every allocation carries a 256-byte header in front of the returned pointer. */
 #define HDR ((size_t)256)
 enum { MAGIC_POOL = 0x504f4f4cu, MAGIC_MEM = 0x4d454d21u };
-typedef struct hdr { uint64_t size; uint32_t magic; } hdr;
+typedef struct hdr {
+  uint64_t size;
+  uint32_t magic;
+} hdr;
 
 struct dv_dev {
   int ordinal;
   unsigned workers;
   uint64_t release_threshold;
-  _Atomic uint64_t used, high;             /* pool bytes handed out (rounded sizes) */
-  _Atomic unsigned faults[DV_FAULT_OPS_];  /* armed fault countdowns */
-  _Atomic bool faulted;                    /* DV_FAULT_DEVICE hit: event queries and syncs fail */
+  _Atomic uint64_t used, high;            /* pool bytes handed out (rounded sizes) */
+  _Atomic unsigned faults[DV_FAULT_OPS_]; /* armed fault countdowns */
+  _Atomic bool faulted;                   /* DV_FAULT_DEVICE hit: event queries and syncs fail */
 };
 
-struct dv_green { unsigned n; unsigned short ids[]; }; /* a set of the device's workers, in id order */
-struct dv_module { const dv_host_kernel_def* table; unsigned count; };
+struct dv_green {
+  unsigned n;
+  unsigned short ids[];
+}; /* a set of the device's workers, in id order */
+struct dv_module {
+  const dv_host_kernel_def* table;
+  unsigned count;
+};
 
 typedef enum op_kind { OP_FN, OP_WAIT, OP_FREE, OP_MEMSET, OP_MEMCPY, OP_LAUNCH } op_kind;
 
@@ -35,14 +44,35 @@ typedef struct op {
   struct op* next;
   op_kind kind;
   union {
-    struct { devrt_host_fn fn; void* user; } fn;
-    struct { dv_stream* s; uint64_t target; } wait;  /* holds a reference on s */
-    struct { dv_dev* d; void* p; } free;
-    struct { void* p; int byte; size_t size; } set;
-    struct { void* dst; const void* src; size_t size; } cpy;
-    struct { const dv_host_kernel_def* def; dv_dim3 grid, block; void* argv[8]; } run;
+    struct {
+      devrt_host_fn fn;
+      void* user;
+    } fn;
+    struct {
+      dv_stream* s;
+      uint64_t target;
+    } wait; /* holds a reference on s */
+    struct {
+      dv_dev* d;
+      void* p;
+    } free;
+    struct {
+      void* p;
+      int byte;
+      size_t size;
+    } set;
+    struct {
+      void* dst;
+      const void* src;
+      size_t size;
+    } cpy;
+    struct {
+      const dv_host_kernel_def* def;
+      dv_dim3 grid, block;
+      void* argv[8];
+    } run;
   } u;
-  max_align_t args[];  /* OP_LAUNCH: the kernel arguments, copied at enqueue */
+  max_align_t args[]; /* OP_LAUNCH: the kernel arguments, copied at enqueue */
 } op;
 
 struct dv_stream {
@@ -50,20 +80,20 @@ struct dv_stream {
   dv_green* green;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t work;          /* the worker waits here for ops or stop */
-  pthread_cond_t done;          /* syncs and fences wait here for `completed` to advance */
-  op *head, *tail;              /* FIFO, under mu */
-  uint64_t submitted;           /* ops enqueued, under mu */
-  _Atomic uint64_t completed;   /* ops finished; written under mu, read lock-free */
-  bool stop;                    /* under mu */
-  _Atomic unsigned refs;        /* the stream's owner + events and waits that name it */
+  pthread_cond_t work;        /* the worker waits here for ops or stop */
+  pthread_cond_t done;        /* syncs and fences wait here for `completed` to advance */
+  op *head, *tail;            /* FIFO, under mu */
+  uint64_t submitted;         /* ops enqueued, under mu */
+  _Atomic uint64_t completed; /* ops finished; written under mu, read lock-free */
+  bool stop;                  /* under mu */
+  _Atomic unsigned refs;      /* the stream's owner + events and waits that name it */
 };
 
 /* A fence: reached when s->completed >= target. s NULL: never recorded. */
 struct dv_event {
   pthread_mutex_t mu;
   dv_dev* dev;
-  dv_stream* s;  /* holds a reference, so the fence outlives the stream */
+  dv_stream* s; /* holds a reference, so the fence outlives the stream */
   uint64_t target;
 };
 
@@ -92,15 +122,16 @@ static void fence_wait(dv_stream* s, uint64_t target) {
 static void used_add(dv_dev* d, uint64_t n) {
   uint64_t now = atomic_fetch_add(&d->used, n) + n;
   uint64_t high = atomic_load(&d->high);
-  while (high < now && !atomic_compare_exchange_weak(&d->high, &high, now)) {
-  }
+  while (high < now && !atomic_compare_exchange_weak(&d->high, &high, now)) {}
 }
 
 static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
 
 static void run_op(dv_stream* s, op* o) {
   switch (o->kind) {
-    case OP_FN: o->u.fn.fn(o->u.fn.user); break;
+    case OP_FN:
+      o->u.fn.fn(o->u.fn.user);
+      break;
     case OP_WAIT:
       fence_wait(o->u.wait.s, o->u.wait.target);
       stream_unref(o->u.wait.s);
@@ -113,8 +144,12 @@ static void run_op(dv_stream* s, op* o) {
       atomic_fetch_sub(&o->u.free.d->used, size);
       break;
     }
-    case OP_MEMSET: memset(o->u.set.p, o->u.set.byte, o->u.set.size); break;
-    case OP_MEMCPY: memmove(o->u.cpy.dst, o->u.cpy.src, o->u.cpy.size); break;
+    case OP_MEMSET:
+      memset(o->u.set.p, o->u.set.byte, o->u.set.size);
+      break;
+    case OP_MEMCPY:
+      memmove(o->u.cpy.dst, o->u.cpy.src, o->u.cpy.size);
+      break;
     case OP_LAUNCH: {
       dv_host_grid g = {.grid_dim = o->u.run.grid, .block_dim = o->u.run.block};
       unsigned b = 0; /* blocks go round-robin over the stream's workers */
@@ -160,8 +195,10 @@ static devrt_status op_new(op_kind kind, size_t extra, const char* who, op** out
 
 static void enqueue(dv_stream* s, op* o) {
   pthread_mutex_lock(&s->mu);
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   s->submitted++;
   pthread_cond_signal(&s->work);
@@ -181,17 +218,20 @@ static devrt_status host_device_count(int* out) {
   errno = 0;
   long n = strtol(v, &end, 10);
   if (errno || *end || n < 1 || n > DEVRT_MAX_ORDINALS)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_count: DEVRT_HOST_DEVICES '%s' is not 1..%d",
-                   v, DEVRT_MAX_ORDINALS);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host device_count: DEVRT_HOST_DEVICES '%s' is not 1..%d", v,
+                   DEVRT_MAX_ORDINALS);
   *out = (int)n;
   return DEVRT_OK;
 }
 
 static devrt_status host_device_open(const devrt_config* cfg, dv_dev** out) {
-  if (!cfg || !out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_open: cfg or out is NULL");
+  if (!cfg || !out)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_open: cfg or out is NULL");
   if (cfg->ordinal < 0 || (unsigned)cfg->ordinal >= cfg->host_devices)
-    return dv_fail(DEVRT_ERR_NO_DEVICE, "host device_open: ordinal %d out of range (%u host devices)",
-                   cfg->ordinal, cfg->host_devices);
+    return dv_fail(DEVRT_ERR_NO_DEVICE,
+                   "host device_open: ordinal %d out of range (%u host devices)", cfg->ordinal,
+                   cfg->host_devices);
   if (cfg->host_workers == 0)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_open: host_workers is 0");
   dv_dev* d = calloc(1, sizeof *d);
@@ -242,13 +282,15 @@ static devrt_status host_stream_create(dv_dev* d, dv_green* green, int priority,
   sigset_t block, old;
   sigfillset(&block);
   int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
-  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++) sigdelset(&block, sync_signals[i]);
+  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++)
+    sigdelset(&block, sync_signals[i]);
   pthread_sigmask(SIG_SETMASK, &block, &old);
   int rc = pthread_create(&s->thread, NULL, worker_main, s);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     stream_unref(s);
-    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: pthread_create failed (errno %d)", rc);
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: pthread_create failed (errno %d)",
+                   rc);
   }
   *out = s;
   return DEVRT_OK;
@@ -298,7 +340,8 @@ static void host_event_destroy(dv_dev* d, dv_event* e) {
 }
 
 static devrt_status host_event_record(dv_event* e, dv_stream* s) {
-  if (!e || !s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_record: event or stream is NULL");
+  if (!e || !s)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_record: event or stream is NULL");
   if (dv_fault_hit(&s->dev->faults[DV_FAULT_EVENT_RECORD]))
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host event_record: injected fault");
   stream_ref(s);
@@ -324,7 +367,8 @@ static bool event_snapshot(dv_event* e, dv_stream** s, uint64_t* target) {
 }
 
 static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
-  if (!s || !e) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_wait: stream or event is NULL");
+  if (!s || !e)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_wait: stream or event is NULL");
   dv_stream* fs;
   uint64_t target;
   if (!event_snapshot(e, &fs, &target)) return DEVRT_OK;
@@ -351,12 +395,14 @@ static bool device_faulted(dv_dev* d) {
   atomic_store(&d->faulted, true);
   return true;
 }
-#define FAULTED(e, call)                                                                          \
-  if (device_faulted((e)->dev))                                                                   \
-  return dv_fail(DEVRT_ERR_BACKEND_ERROR, call ": injected device fault (sticky: the device is lost)")
+#define FAULTED(e, call)                  \
+  if (device_faulted((e)->dev))           \
+  return dv_fail(DEVRT_ERR_BACKEND_ERROR, \
+                 call ": injected device fault (sticky: the device is lost)")
 
 static devrt_status host_event_query(dv_event* e, bool* complete) {
-  if (!e || !complete) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_query: event or out is NULL");
+  if (!e || !complete)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_query: event or out is NULL");
   FAULTED(e, "host event_query");
   pthread_mutex_lock(&e->mu);
   *complete = !e->s || fence_reached(e->s, e->target);
@@ -387,13 +433,17 @@ static devrt_status host_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
 
 /* ---- memory ---- */
 
-static devrt_status host_alloc(dv_dev* d, size_t size, uint32_t magic, const char* who, void** out) {
-  if (!out || size == 0) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: size %zu or out NULL", who, size);
+static devrt_status host_alloc(dv_dev* d, size_t size, uint32_t magic, const char* who,
+                               void** out) {
+  if (!out || size == 0)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: size %zu or out NULL", who, size);
   if (dv_fault_hit(&d->faults[DV_FAULT_ALLOC]))
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: injected allocation fault (size %zu)", who, size);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: injected allocation fault (size %zu)", who,
+                   size);
   size_t rounded = size > SIZE_MAX - 2 * HDR ? 0 : (size + HDR - 1) & ~(HDR - 1);
   unsigned char* base = rounded ? aligned_alloc(HDR, rounded + HDR) : NULL;
-  if (!base) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory (size %zu)", who, size);
+  if (!base)
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host memory (size %zu)", who, size);
   hdr* h = (hdr*)base;
   h->size = rounded;
   h->magic = magic;
@@ -413,7 +463,8 @@ static devrt_status host_pool_free(dv_dev* d, void* p, dv_stream* s) {
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host pool_free: injected fault (ptr %p)", p);
   if (!p || !s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_free: ptr or stream is NULL");
   if (header_of(p)->magic != MAGIC_POOL)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_free: %p is not a live pool allocation", p);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_free: %p is not a live pool allocation",
+                   p);
   op* o = NULL;
   DV_CHECK(op_new(OP_FREE, 0, "host pool_free", &o));
   o->u.free.d = d;
@@ -450,14 +501,16 @@ static devrt_status host_mem_free(dv_dev* d, void* p) {
   if (!p) return DEVRT_OK;
   hdr* h = header_of(p);
   if (h->magic != MAGIC_MEM)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host mem_free: %p is not a live mem_alloc block", p);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host mem_free: %p is not a live mem_alloc block",
+                   p);
   h->magic = 0;
   free(h);
   return DEVRT_OK;
 }
 
 static devrt_status host_memset_async(dv_stream* s, void* p, int byte, size_t size) {
-  if (!s || (!p && size)) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host memset_async: stream or ptr is NULL");
+  if (!s || (!p && size))
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host memset_async: stream or ptr is NULL");
   if (size == 0) return DEVRT_OK;
   op* o = NULL;
   DV_CHECK(op_new(OP_MEMSET, 0, "host memset_async", &o));
@@ -486,7 +539,8 @@ static devrt_status host_memcpy_async(dv_stream* s, void* dst, const void* src, 
 static devrt_status host_module_load(dv_dev* d, const void* image, dv_module** out) {
   (void)d;
   if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host module_load: out is NULL");
-  if (image) return dv_fail(DEVRT_ERR_UNSUPPORTED, "host module_load: host backend loads no CUDA images");
+  if (image)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "host module_load: host backend loads no CUDA images");
   dv_module* m = malloc(sizeof *m);
   if (!m) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host module_load: out of host memory");
   m->table = dv_host_kernels;
@@ -501,7 +555,8 @@ static void host_module_unload(dv_dev* d, dv_module* m) {
 }
 
 static devrt_status host_kernel_get(dv_module* m, const char* name, dv_kernel** out) {
-  if (!m || !name || !out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host kernel_get: NULL argument");
+  if (!m || !name || !out)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host kernel_get: NULL argument");
   for (unsigned i = 0; i < m->count; i++)
     if (strcmp(m->table[i].name, name) == 0) {
       *out = (dv_kernel*)(uintptr_t)&m->table[i];
@@ -512,7 +567,9 @@ static devrt_status host_kernel_get(dv_module* m, const char* name, dv_kernel** 
 
 static devrt_status host_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {
   const dv_host_kernel_def* def = (const dv_host_kernel_def*)(const void*)k;
-  if (def->nargs > max) return dv_fail(DEVRT_ERR_UNSUPPORTED, "host kernel_params: %s has %u parameters (at most %u)", def->name, def->nargs, max);
+  if (def->nargs > max)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "host kernel_params: %s has %u parameters (at most %u)",
+                   def->name, def->nargs, max);
   memcpy(sizes, def->arg_size, def->nargs * sizeof *sizes);
   *n = def->nargs;
   return DEVRT_OK;
@@ -522,20 +579,24 @@ static size_t arg_slot(unsigned size) { /* bytes an argument takes in the op, ke
   return (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
 }
 
-static devrt_status host_launch(dv_stream* s, dv_kernel* k, const unsigned g[3], const unsigned b[3],
-                                unsigned shmem, void** args) {
+static devrt_status host_launch(dv_stream* s, dv_kernel* k, const unsigned g[3],
+                                const unsigned b[3], unsigned shmem, void** args) {
   (void)shmem; /* blocks run on one thread: no shared memory to size */
   dv_dim3 grid = {g[0], g[1] + !g[1], g[2] + !g[2]}, block = {b[0], b[1] + !b[1], b[2] + !b[2]};
   const dv_host_kernel_def* def = (const dv_host_kernel_def*)(const void*)k;
-  if (!s || !def) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: stream or kernel is NULL");
+  if (!s || !def)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: stream or kernel is NULL");
   if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: zero dimension (grid %ux%ux%u, block %ux%ux%u)",
-                   def->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host launch: %s: zero dimension (grid %ux%ux%u, block %ux%ux%u)", def->name,
+                   grid.x, grid.y, grid.z, block.x, block.y, block.z);
   if (def->nargs > 8 || (def->nargs && !args))
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args NULL or nargs %u > 8", def->name, def->nargs);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args NULL or nargs %u > 8",
+                   def->name, def->nargs);
   size_t bytes = 0;
   for (unsigned i = 0; i < def->nargs; i++) {
-    if (!args[i]) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args[%u] is NULL", def->name, i);
+    if (!args[i])
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host launch: %s: args[%u] is NULL", def->name, i);
     bytes += arg_slot(def->arg_size[i]);
   }
   op* o = NULL;
@@ -557,9 +618,12 @@ static devrt_status host_launch(dv_stream* s, dv_kernel* k, const unsigned g[3],
 
 /* A host SM resource: a bit set of worker ids, kept in dv_res's opaque bytes. */
 #define MASK_WORDS 16 /* 1024 workers, the configuration's limit */
-_Static_assert(MASK_WORDS * sizeof(uint64_t) <= sizeof(((dv_res*)0)->opaque), "dv_res holds a worker set");
+_Static_assert(MASK_WORDS * sizeof(uint64_t) <= sizeof(((dv_res*)0)->opaque),
+               "dv_res holds a worker set");
 static uint64_t* mask(dv_res* r) { return (uint64_t*)(void*)r->opaque; }
-static bool has(const dv_res* r, unsigned w) { return ((const uint64_t*)(const void*)r->opaque)[w / 64] >> (w % 64) & 1; }
+static bool has(const dv_res* r, unsigned w) {
+  return ((const uint64_t*)(const void*)r->opaque)[w / 64] >> (w % 64) & 1;
+}
 static void add(dv_res* r, unsigned w) { mask(r)[w / 64] |= 1ull << (w % 64), r->sms++; }
 
 static devrt_status host_sm_resource(dv_dev* d, dv_res* out) {
@@ -571,21 +635,26 @@ static devrt_status host_sm_resource(dv_dev* d, dv_res* out) {
 
 /* As CUDA's split by count, with a minimum partition and an alignment of 1: up to *n groups
  * of max(min_sms, 1) workers in id order, the rest in rem. */
-static devrt_status host_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags, dv_res* groups,
-                                  unsigned* n, dv_res* rem) {
+static devrt_status host_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms, unsigned flags,
+                                  dv_res* groups, unsigned* n, dv_res* rem) {
   (void)flags;
   if (!in->splittable)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split: a split output must become a green context before it is split again");
+    return dv_fail(
+        DEVRT_ERR_INVALID_ARGUMENT,
+        "host split: a split output must become a green context before it is split again");
   unsigned size = min_sms ? min_sms : 1;
-  if (size > in->sms) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split: %u workers asked of %u", size, in->sms);
+  if (size > in->sms)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host split: %u workers asked of %u", size, in->sms);
   unsigned fit = in->sms / size;
   *n = groups && *n < fit ? *n : fit;
   memset(rem, 0, sizeof *rem);
   if (groups) memset(groups, 0, *n * sizeof *groups);
   for (unsigned w = 0, k = 0; w < d->workers; w++) {
     if (!has(in, w)) continue;
-    if (k >= *n * size) add(rem, w);
-    else if (groups) add(&groups[k / size], w);
+    if (k >= *n * size)
+      add(rem, w);
+    else if (groups)
+      add(&groups[k / size], w);
     k++;
   }
   return DEVRT_OK;
@@ -593,7 +662,8 @@ static devrt_status host_sm_split(dv_dev* d, const dv_res* in, unsigned min_sms,
 
 static devrt_status host_green_create(dv_dev* d, const dv_res* res, unsigned n, dv_green** out) {
   if (dv_fault_hit(&d->faults[DV_FAULT_GREEN]))
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "host green_create: injected refusal (as a virtual GPU or MPS gives)");
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "host green_create: injected refusal (as a virtual GPU or MPS gives)");
   unsigned total = 0;
   for (unsigned i = 0; i < n; i++) total += res[i].sms;
   dv_green* g = calloc(1, sizeof *g + total * sizeof g->ids[0]);

@@ -1,6 +1,7 @@
 /* block.c: the block table (handles = slot index + generation; chunks that never move, so a
  * lookup is two loads; a lock per block, never one for the runtime) and use tracking: the last
- * writer and one reader event per stream, the waits a use needs, deferred frees on the free stream. */
+ * writer and one reader event per stream, the waits a use needs, deferred frees on the free stream.
+ */
 #include <inttypes.h>
 #include <sched.h>
 #include <stddef.h>
@@ -9,7 +10,15 @@
 #include "block.h"
 #include "../memory/account.h"
 
-enum { CHUNK_BITS = 12, CHUNK = 1 << CHUNK_BITS, NCHUNKS = 4096, NSHARD = 16, INLINE_READERS = 3, GROUP_SMALL = 2, GROUP_MAX = 64 };
+enum {
+  CHUNK_BITS = 12,
+  CHUNK = 1 << CHUNK_BITS,
+  NCHUNKS = 4096,
+  NSHARD = 16,
+  INLINE_READERS = 3,
+  GROUP_SMALL = 2,
+  GROUP_MAX = 64
+};
 #define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
 #define GEN_MASK ((1ull << 40) - 1)
 
@@ -23,7 +32,7 @@ static _Atomic uint64_t next_gen = 1;
  * holds it. */
 typedef struct dv_track {
   dv_pev* writer;
-  dv_wait* readers; /* points at inl until it outgrows it */
+  dv_wait* readers;              /* points at inl until it outgrows it */
   uint16_t nreaders, capreaders; /* at most one entry per stream slot (DV_SID_SLOTS) */
   uint32_t epoch; /* bumped by every change: a stream that waited for what the track held at
                    * epoch e has waited for what it holds while the epoch is still e */
@@ -41,28 +50,31 @@ typedef struct dv_group { /* every field is guarded by `lock`, but the pool link
   bool big;      /* room for GROUP_MAX members, else GROUP_SMALL */
   uint32_t pins; /* launches issuing against it; passed on to the members if it dissolves */
   unsigned n;
-  uint64_t gen;  /* bumped when it dissolves: a launch that pinned it then finishes block by block */
+  uint64_t gen; /* bumped when it dissolves: a launch that pinned it then finishes block by block */
   dv_track t;
   struct dv_group *next, *all; /* pool; every group (for teardown) */
-  devrt_block h[]; /* the members */
+  devrt_block h[];             /* the members */
 } dv_group;
-_Static_assert(offsetof(dv_group, h) + GROUP_SMALL * sizeof(devrt_block) <= DV_LINE, "a small group takes one DV_LINE unit");
+_Static_assert(offsetof(dv_group, h) + GROUP_SMALL * sizeof(devrt_block) <= DV_LINE,
+               "a small group takes one DV_LINE unit");
 
 /* One record of the block table. Every field is guarded by `lock` (a spin lock: no allocation,
  * driver call or wait inside it), but `ver` and `group`, which launches also read without it. */
 typedef struct dv_blk {
   dv_spin lock;
   bool live;
-  bool pending; /* reserved by a queued allocation that has not been issued: no memory yet */
+  bool pending;  /* reserved by a queued allocation that has not been issued: no memory yet */
   uint32_t pins; /* launches issuing against it; FREEING while a free is in progress */
   uint64_t gen;  /* of the current (or last) allocation in this slot: process-wide unique */
-  _Atomic uint64_t ver; /* bumped under the lock by every change of t or group (the repeat path reads it) */
-  _Atomic(dv_group*) group; /* set (under both locks): t is empty, the group's record holds the state */
-  uint32_t lastset;         /* the set of blocks its last tracked use declared (a hash) */
-  uint32_t lastslot;        /* and that use's slot */
-  uint32_t prep_slot;       /* the last devrt_prepare_block_use: its slot + 1 (0: none), */
-  bool prep_write;          /* whether it waited as a write does, */
-  uint32_t prep_epoch;      /* and t.epoch once its waits were issued */
+  _Atomic uint64_t
+      ver; /* bumped under the lock by every change of t or group (the repeat path reads it) */
+  _Atomic(dv_group*)
+      group;           /* set (under both locks): t is empty, the group's record holds the state */
+  uint32_t lastset;    /* the set of blocks its last tracked use declared (a hash) */
+  uint32_t lastslot;   /* and that use's slot */
+  uint32_t prep_slot;  /* the last devrt_prepare_block_use: its slot + 1 (0: none), */
+  bool prep_write;     /* whether it waited as a write does, */
+  uint32_t prep_epoch; /* and t.epoch once its waits were issued */
   void* ptr;
   size_t size;
   const char* tag;
@@ -82,7 +94,7 @@ struct dv_blocks {
   _Atomic(dv_blk*) chunk[NCHUNKS];
   pthread_mutex_t grow_mu;
   shard sh[NSHARD];
-  pthread_mutex_t group_mu; /* the group pool */
+  pthread_mutex_t group_mu;         /* the group pool */
   dv_group *groups[2], *all_groups; /* pools: [big] */
 };
 
@@ -107,7 +119,8 @@ devrt_status dv_blocks_init(devrt_runtime* rt) {
   rt->blocks = calloc(1, sizeof *rt->blocks);
   if (!rt->evslots || !rt->blocks) {
     free(rt->evslots), free(rt->blocks);
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the block table");
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_runtime: out of host memory for the block table");
   }
   pthread_mutex_init(&rt->blocks->grow_mu, NULL);
   pthread_mutex_init(&rt->blocks->group_mu, NULL);
@@ -164,15 +177,19 @@ static devrt_status take_index(struct dv_blocks* t, unsigned hint, uint32_t* out
   uint32_t i = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
   if (i >= (uint32_t)NCHUNKS * CHUNK) {
     atomic_fetch_sub_explicit(&t->next, 1, memory_order_relaxed);
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_block_alloc: %u blocks live, the table's limit", NCHUNKS * CHUNK);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_block_alloc: %u blocks live, the table's limit", NCHUNKS * CHUNK);
   }
   if (!at(t, i)) {
     pthread_mutex_lock(&t->grow_mu);
     devrt_status st = DEVRT_OK;
     if (!at(t, i)) {
       dv_blk* ch = calloc(CHUNK, sizeof *ch);
-      if (ch) atomic_store_explicit(&t->chunk[i >> CHUNK_BITS], ch, memory_order_release);
-      else st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_block_alloc: out of host memory for the block table");
+      if (ch)
+        atomic_store_explicit(&t->chunk[i >> CHUNK_BITS], ch, memory_order_release);
+      else
+        st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                     "devrt_block_alloc: out of host memory for the block table");
     }
     pthread_mutex_unlock(&t->grow_mu);
     if (st != DEVRT_OK) return st; /* the index is lost: harmless, the chunk never came */
@@ -200,14 +217,19 @@ static void give_index(struct dv_blocks* t, uint32_t i) {
 static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
   if (!h) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: block 0 is not a block", call);
   atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
-  return dv_fail(DEVRT_ERR_STALE_BLOCK, "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64 ") is freed, was never allocated, or belongs to another runtime",
-                 call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1), (uint64_t)(h >> INDEX_BITS));
+  return dv_fail(DEVRT_ERR_STALE_BLOCK,
+                 "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64
+                 ") is freed, was never allocated, or belongs to another runtime",
+                 call, h, (uint64_t)((h & ((1ull << INDEX_BITS) - 1)) - 1),
+                 (uint64_t)(h >> INDEX_BITS));
 }
 
 /* The record of h's slot, unlocked (NULL if there is none); says nothing of h being live. */
 static dv_blk* record_of(devrt_runtime* rt, devrt_block h) {
   uint64_t i = (h & ((1ull << INDEX_BITS) - 1)) - 1;
-  return h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire) ? at(rt->blocks, (uint32_t)i) : NULL;
+  return h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire)
+             ? at(rt->blocks, (uint32_t)i)
+             : NULL;
 }
 
 /* The block of a live handle, locked; NULL (with the error set in *st) otherwise. */
@@ -227,8 +249,11 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
   dv_blk* b = get_locked(rt, h, call, st);
   if (b && b->pending) {
     unlock(b);
-    *st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " (tag %s) is a queued allocation not issued yet: wait for its submission's signal",
-                  call, h, b->tag ? b->tag : "untagged");
+    *st =
+        dv_fail(DEVRT_ERR_INVALID_STATE,
+                "%s: block %#" PRIx64
+                " (tag %s) is a queued allocation not issued yet: wait for its submission's signal",
+                call, h, b->tag ? b->tag : "untagged");
     return NULL;
   }
   return b;
@@ -239,7 +264,8 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
  * Skips the slot's own events and events known complete. Counts as `wt` uses of p (a group's
  * members): each skip wt times, and a wait inserted for them as wt - 1 coalesced. */
-DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c, unsigned wt) {
+DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n,
+                        dv_counts* c, unsigned wt) {
   if (p->slot == slot) {
     c->same += wt;
     return;
@@ -263,8 +289,8 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
   c->coalesced += wt - 1;
 }
 
-DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot, dv_wait* w, unsigned* n,
-                          dv_counts* c, unsigned wt) {
+DV_HOT static void gather(devrt_runtime* rt, const dv_track* t, devrt_access a, unsigned slot,
+                          dv_wait* w, unsigned* n, dv_counts* c, unsigned wt) {
   if (t->writer) want(rt, slot, t->writer, w, n, c, wt);
   /* a read waits for the entries that cover a write too */
   for (unsigned k = 0; k < t->nreaders; k++)
@@ -279,7 +305,8 @@ DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
 /* The references to mark `of` that recording access a of `slot` on t will replace. */
 DV_HOT static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
   uint32_t n = (a & DEVRT_ACCESS_WRITE) && t->writer == of;
-  for (unsigned k = 0; k < t->nreaders; k++) n += t->readers[k].ev == of; /* of is slot's: only its entry can match */
+  for (unsigned k = 0; k < t->nreaders; k++)
+    n += t->readers[k].ev == of; /* of is slot's: only its entry can match */
   return n;
 }
 
@@ -314,7 +341,8 @@ DV_HOT static void drop(devrt_runtime* rt, refs* r, dv_pev* p) {
  * With `donate` the caller's own reference is one of them. */
 DV_HOT static void refs_give(refs* r, uint32_t n, bool donate) {
   r->given = n > donate ? n : donate;
-  if (r->given > donate) atomic_fetch_add_explicit(&r->ev->refs, r->given - donate, memory_order_relaxed);
+  if (r->given > donate)
+    atomic_fetch_add_explicit(&r->ev->refs, r->given - donate, memory_order_relaxed);
 }
 
 /* Takes back the references given but not taken, and drops the old events'. */
@@ -374,13 +402,15 @@ static DV_NOINLINE bool grow_unlocked(devrt_runtime* rt, dv_track* t, dv_spin* m
     free(v), free(spare);
   } else if (oldest && dv_pev_realize(rt, oldest, NULL) == DEVRT_OK) {
     uint8_t rec = atomic_load_explicit(&oldest->rec, memory_order_acquire);
-    ok = rec == DV_PEV_DONE || (rec == DV_PEV_RECORDED && rt->be->event_sync(oldest->ev) == DEVRT_OK);
-    if (ok) dv_events_sync_end(rt, oldest->slot, atomic_load(&oldest->seq)); /* complete: so are all before */
+    ok = rec == DV_PEV_DONE ||
+         (rec == DV_PEV_RECORDED && rt->be->event_sync(oldest->ev) == DEVRT_OK);
+    if (ok)
+      dv_events_sync_end(rt, oldest->slot,
+                         atomic_load(&oldest->seq)); /* complete: so are all before */
   }
   if (oldest) dv_pev_unref(rt, oldest);
   return ok;
 }
-
 
 /* Whether the work marked by ev, on `slot`, is known to end after p's: p is an earlier point of
  * the same stream, or has completed. Both stay true (seq is final for both, dv_pev_done's is). */
@@ -434,8 +464,10 @@ DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, r
   dv_pev* old = t->writer;
   if (old) {
     bool covered = (waited && old->slot != slot) || follows(rt, r->ev, slot, old);
-    if (covered) drop(rt, r, old);
-    else keep_entry(rt, t, old->slot, old, true, r);
+    if (covered)
+      drop(rt, r, old);
+    else
+      keep_entry(rt, t, old->slot, old, true, r);
   }
   t->writer = r->ev;
   r->gain++;
@@ -460,8 +492,10 @@ static dv_group* group_take(struct dv_blocks* bt, unsigned n) {
   bool big = n > GROUP_SMALL;
   pthread_mutex_lock(&bt->group_mu);
   dv_group* g = bt->groups[big];
-  if (g) bt->groups[big] = g->next;
-  else if ((g = dv_zalloc_lines(offsetof(dv_group, h) + (big ? GROUP_MAX : GROUP_SMALL) * sizeof *g->h)) != NULL) {
+  if (g)
+    bt->groups[big] = g->next;
+  else if ((g = dv_zalloc_lines(offsetof(dv_group, h) +
+                                (big ? GROUP_MAX : GROUP_SMALL) * sizeof *g->h)) != NULL) {
     g->t.readers = g->t.inl, g->t.capreaders = INLINE_READERS;
     g->big = big;
     g->all = bt->all_groups, bt->all_groups = g;
@@ -488,7 +522,8 @@ static DV_NOINLINE void dissolve(devrt_runtime* rt, dv_group* g) {
     dv_blk* b = record_of(rt, g->h[k]); /* a member is live: a free dissolves its group first */
     lock(b);
     if ((b->t.writer = g->t.writer) != NULL) dv_pev_ref(b->t.writer);
-    DV_ASSERT(b->t.nreaders == 0 && g->t.nreaders <= b->t.capreaders); /* a group's list never grows */
+    DV_ASSERT(b->t.nreaders == 0 &&
+              g->t.nreaders <= b->t.capreaders); /* a group's list never grows */
     for (unsigned j = 0; j < g->t.nreaders; j++) {
       dv_pev_ref(g->t.readers[j].ev);
       b->t.readers[b->t.nreaders++] = g->t.readers[j];
@@ -568,7 +603,8 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
   for (; k < n; k++) {
     dv_blk* b = x->b[k];
     lock(b);
-    bool ok = b->live && b->gen == u[k].block >> INDEX_BITS && !b->pins && !atomic_load_explicit(&b->group, memory_order_relaxed);
+    bool ok = b->live && b->gen == u[k].block >> INDEX_BITS && !b->pins &&
+              !atomic_load_explicit(&b->group, memory_order_relaxed);
     /* the first member's references become the group's (whose list stays inline: never grown) */
     if (ok && k == 0 && (ok = b->t.nreaders <= g->t.capreaders)) {
       g->t.writer = b->t.writer, g->t.nreaders = b->t.nreaders;
@@ -596,11 +632,12 @@ static DV_NOINLINE void group_form(devrt_runtime* rt, const dv_uses* x) {
 /* True if u's blocks, each a member of g and used with one access, are all g's members: each
  * named once (the caller's list is not deduplicated yet). Out of line: the slot's last group
  * matches in its own order. */
-static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n) {
+static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_block_use* u,
+                                 unsigned n) {
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = record_of(rt, u[k].block);
-    if (!b || atomic_load_explicit(&b->group, memory_order_relaxed) != g || b->gen != u[k].block >> INDEX_BITS ||
-        u[k].access != u[0].access)
+    if (!b || atomic_load_explicit(&b->group, memory_order_relaxed) != g ||
+        b->gen != u[k].block >> INDEX_BITS || u[k].access != u[0].access)
       return false;
     for (unsigned j = 0; j < k; j++)
       if (u[j].block == u[k].block) return false;
@@ -610,11 +647,13 @@ static DV_NOINLINE bool same_set(devrt_runtime* rt, dv_group* g, const devrt_blo
 
 /* True, with g locked, if u's blocks are exactly g's members (in g's order, or with any_order in
  * any order), used with one access. */
-DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n, bool any_order) {
+DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block_use* u, unsigned n,
+                               bool any_order) {
   glock(g);
   if (g->live && g->n == n) {
     uint64_t diff = 0; /* branch-free: a match compares every member anyway */
-    for (unsigned k = 0; k < n; k++) diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
+    for (unsigned k = 0; k < n; k++)
+      diff |= (u[k].block ^ g->h[k]) | (uint64_t)(u[k].access ^ u[0].access);
     if (!diff || (any_order && same_set(rt, g, u, n))) return true;
   }
   gunlock(g);
@@ -625,8 +664,9 @@ DV_HOT static bool group_match(devrt_runtime* rt, dv_group* g, const devrt_block
  * group first, in its order; else the first block's, in any order): pinned, with its waits
  * gathered (counted as if block by block); false if there is none. x may be the caller's list as
  * it is, neither checked nor deduplicated. */
-static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
-                                const dv_pev* of, uint32_t* drops, dv_pinned* how, dv_counts* c) {
+static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned slot, dv_wait* w,
+                                unsigned* nw, const dv_pev* of, uint32_t* drops, dv_pinned* how,
+                                dv_counts* c) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   if (!n || n > GROUP_MAX || !dv_access_ok(u[0].access)) return false;
@@ -635,7 +675,9 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
   dv_group* g = atomic_load_explicit(&es->group, memory_order_acquire);
   if (DV_UNLIKELY(!g || !group_match(rt, g, u, n, false))) {
     dv_blk* b0 = record_of(rt, u[0].block);
-    if (!b0 || !(g = atomic_load_explicit(&b0->group, memory_order_acquire)) || !group_match(rt, g, u, n, true)) return false;
+    if (!b0 || !(g = atomic_load_explicit(&b0->group, memory_order_acquire)) ||
+        !group_match(rt, g, u, n, true))
+      return false;
     atomic_store_explicit(&es->group, g, memory_order_release); /* passes g's publication on */
   }
   g->pins++;
@@ -650,8 +692,9 @@ static DV_INLINE bool group_pin(devrt_runtime* rt, const dv_uses* x, unsigned sl
 /* ---- the steps of a tracked use ---- */
 
 /* dv_uses_pin block by block, x checked and deduplicated. */
-static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw, const dv_pev* of,
-                             uint32_t* drops, const char* call, dv_counts* counted) {
+static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
+                             const dv_pev* of, uint32_t* drops, const char* call,
+                             dv_counts* counted) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   devrt_status st = DEVRT_OK;
@@ -663,7 +706,8 @@ static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wa
     if (DV_UNLIKELY(!b)) break;
     if (DV_UNLIKELY(b->pins & FREEING)) {
       unlock(b);
-      st = dv_fail(DEVRT_ERR_INVALID_STATE, "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
+      st = dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "%s: block %#" PRIx64 " is being freed by another thread", call, u[k].block);
       break;
     }
     b->pins++;
@@ -691,13 +735,16 @@ static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wa
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call) {
   for (unsigned i = 0; i < n; i++)
     if (!dv_access_ok(u[i].access))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: use %u: access %d is not READ, WRITE or READ_WRITE", call, i,
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "%s: use %u: access %d is not READ, WRITE or READ_WRITE", call, i,
                      (int)u[i].access);
   return DEVRT_OK;
 }
 
 /* A 256-bit filter of block handles: adding one says whether it may have been added before. */
-typedef struct filter { uint64_t w[4]; } filter;
+typedef struct filter {
+  uint64_t w[4];
+} filter;
 static bool filter_add(filter* f, devrt_block h) {
   unsigned i = (unsigned)((h * 0x9e3779b97f4a7c15ull) >> 56);
   uint64_t bit = 1ull << (i & 63), had = f->w[i >> 6] & bit;
@@ -715,8 +762,10 @@ static void merge(dv_uses* x) {
   for (unsigned i = 0; i < n; i++) {
     unsigned j = filter_add(&f, in[i].block) ? 0 : x->n;
     while (j < x->n && x->merged[j].block != in[i].block) j++;
-    if (j == x->n) x->merged[x->n++] = in[i];
-    else x->merged[j].access |= in[i].access;
+    if (j == x->n)
+      x->merged[x->n++] = in[i];
+    else
+      x->merged[j].access |= in[i].access;
   }
 }
 
@@ -732,9 +781,10 @@ static bool named_twice(const dv_uses* x) {
 
 /* dv_uses_pin past its group path: the uses checked, then deduplicated (whose list may then be a
  * group's), then pinned block by block. Out of line, so a grouped launch's code stays together. */
-static DV_NOINLINE DV_FLATTEN devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
-                                                       unsigned* nw, const dv_pev* of, uint32_t* drops,
-                                                       const char* call, dv_pinned* how, dv_counts* c) {
+static DV_NOINLINE DV_FLATTEN devrt_status pin_checked(devrt_runtime* rt, dv_uses* x, unsigned slot,
+                                                       dv_wait* w, unsigned* nw, const dv_pev* of,
+                                                       uint32_t* drops, const char* call,
+                                                       dv_pinned* how, dv_counts* c) {
   DV_CHECK(dv_uses_check(x->u, x->n, call));
   if (x->n > 1 && named_twice(x)) {
     merge(x);
@@ -743,14 +793,15 @@ static DV_NOINLINE DV_FLATTEN devrt_status pin_checked(devrt_runtime* rt, dv_use
   return pin_each(rt, x, slot, w, nw, of, drops, call, c);
 }
 
-DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w, unsigned* nw,
-                                const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c) {
+DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* w,
+                                unsigned* nw, const dv_pev* of, uint32_t* drops, const char* call,
+                                dv_pinned* how, dv_counts* c) {
   if (group_pin(rt, x, slot, w, nw, of, drops, how, c)) return DEVRT_OK;
   return pin_checked(rt, x, slot, w, nw, of, drops, call, how, c);
 }
 
-DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
-                                   const dv_pev* of, uint32_t drops, dv_counts* c) {
+DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w,
+                                   unsigned n, const dv_pev* of, uint32_t drops, dv_counts* c) {
   devrt_status st = dv_slot_settle(rt, slot, of, drops, &c->late);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev, &c->late);
   if (st == DEVRT_OK) c->waits += n;
@@ -766,8 +817,8 @@ DV_HOT static uint32_t set_of(const devrt_block_use* u, unsigned n) {
 }
 
 /* dv_uses_finish block by block (out of line, so a grouped launch's code stays together). */
-static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot, refs* r,
-                                                    bool donate, const dv_pinned* how) {
+static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x, unsigned slot,
+                                                   refs* r, bool donate, const dv_pinned* how) {
   const devrt_block_use* u = x->u;
   unsigned n = x->n;
   dv_pev* ev = r->ev;
@@ -779,14 +830,17 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   bool again = true;
   for (unsigned k = 0; k < n; k++) {
     dv_blk* b = x->b[k];
-    if (ev) lock_with_room(rt, b, r);
-    else lock_tracked(rt, b);
+    if (ev)
+      lock_with_room(rt, b, r);
+    else
+      lock_tracked(rt, b);
     DV_ASSERT(!how || (b->pins && !(b->pins & FREEING))); /* pinned: no free can have started */
     if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
       record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
       touched(b);
     }
-    again = again && b->lastset == set && (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
+    again = again && b->lastset == set &&
+            (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
     b->lastset = set, b->lastslot = slot;
     b->pins -= how != NULL;
     x->ver[k] = atomic_load_explicit(&b->ver, memory_order_relaxed);
@@ -798,8 +852,8 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   return gain;
 }
 
-DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                               const dv_pinned* how) {
+DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev,
+                               dv_pev* old, bool donate, const dv_pinned* how) {
   refs r;
   refs_init(&r, ev);
   if (old) drop(rt, &r, old);
@@ -830,8 +884,8 @@ DV_HOT uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_
 
 typedef struct dv_repeat {
   unsigned n;
-  uint32_t gain;   /* the references the blocks hold to mark */
-  dv_pev* mark;    /* the launch's mark (no reference: compared with the slot's newest) */
+  uint32_t gain; /* the references the blocks hold to mark */
+  dv_pev* mark;  /* the launch's mark (no reference: compared with the slot's newest) */
   devrt_block_use u[DEVRT_LAUNCH_MAX_USES];
   dv_blk* b[DEVRT_LAUNCH_MAX_USES];
   uint64_t ver[DEVRT_LAUNCH_MAX_USES];
@@ -841,7 +895,9 @@ typedef struct dv_repeat {
  * a producer/consumer pair, where the repeat path never holds). */
 #define REPEAT_COLD 16u
 
-static void release_issuing(dv_evslot* es) { atomic_store_explicit(&es->issuing, false, memory_order_release); }
+static void release_issuing(dv_evslot* es) {
+  atomic_store_explicit(&es->issuing, false, memory_order_release);
+}
 
 static bool claim_issuing(dv_evslot* es) {
   bool z = false; /* seq_cst: against dv_block_free_on's version bump and check of this flag */
@@ -853,16 +909,19 @@ DV_HOT bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x) {
   unsigned n = x->n;
   dv_pev* m = atomic_load_explicit(&es->last, memory_order_acquire);
   if (!n || !m || atomic_load_explicit(&es->rep_mark, memory_order_relaxed) != m) return false;
-  if (atomic_load_explicit(&m->rec, memory_order_relaxed) != DV_PEV_LAZY) { /* another stream needed it */
+  if (atomic_load_explicit(&m->rec, memory_order_relaxed) !=
+      DV_PEV_LAZY) { /* another stream needed it */
     atomic_store_explicit(&es->rep_cold, REPEAT_COLD, memory_order_relaxed);
     return false;
   }
   if (!claim_issuing(es)) return false;
   dv_repeat* r = es->rep;
-  bool same = r->n == n && m == r->mark && atomic_load_explicit(&m->rec, memory_order_acquire) == DV_PEV_LAZY &&
+  bool same = r->n == n && m == r->mark &&
+              atomic_load_explicit(&m->rec, memory_order_acquire) == DV_PEV_LAZY &&
               atomic_load_explicit(&m->refs, memory_order_acquire) == 1 + r->gain;
   for (unsigned k = 0; same && k < n; k++)
-    same = r->u[k].block == x->u[k].block && r->u[k].access == x->u[k].access && atomic_load(&r->b[k]->ver) == r->ver[k];
+    same = r->u[k].block == x->u[k].block && r->u[k].access == x->u[k].access &&
+           atomic_load(&r->b[k]->ver) == r->ver[k];
   if (!same) release_issuing(es);
   return same;
 }
@@ -875,7 +934,8 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
   dv_spin_lock(&es->mu);
   uint8_t lazy = DV_PEV_LAZY;
   if (ok && atomic_load_explicit(&es->last, memory_order_relaxed) == m &&
-      atomic_compare_exchange_strong(&m->rec, &lazy, DV_PEV_RECORDING)) { /* realizers wait while it moves */
+      atomic_compare_exchange_strong(&m->rec, &lazy,
+                                     DV_PEV_RECORDING)) { /* realizers wait while it moves */
     uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
     atomic_store(&m->seq, seq);
     atomic_store_explicit(&es->seq, seq, memory_order_release);
@@ -886,7 +946,8 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
   }
   dv_spin_unlock(&es->mu);
   devrt_status st = DEVRT_OK;
-  if (!moved) { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for us) */
+  if (!moved) { /* the mark was needed meanwhile: a new one, recorded on each block (frees wait for
+                   us) */
     dv_pev *ev = NULL, *old = NULL;
     memcpy(x->b, r->b, x->n * sizeof *x->b);
     if ((st = dv_pev_mark(rt, slot, &ev, &old, &(dv_counts){.launches = 1})) != DEVRT_OK) {
@@ -904,11 +965,14 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
 }
 
 /* Out of line: grouped launches never save, and most saves end at the first checks. */
-DV_NOINLINE void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain) {
+DV_NOINLINE void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev,
+                                uint32_t gain) {
   unsigned n = x->n;
   dv_evslot* es = &rt->evslots[slot];
   uint8_t cold = atomic_load_explicit(&es->rep_cold, memory_order_relaxed);
-  if (cold) atomic_store_explicit(&es->rep_cold, (uint8_t)(cold - 1), memory_order_relaxed); /* (a lost update costs a save) */
+  if (cold)
+    atomic_store_explicit(&es->rep_cold, (uint8_t)(cold - 1),
+                          memory_order_relaxed); /* (a lost update costs a save) */
   if (!n || !ev || cold || !claim_issuing(es)) return;
   if (!es->rep) es->rep = malloc(sizeof *es->rep); /* no room: no repeat path on this slot */
   if (es->rep) {
@@ -925,7 +989,8 @@ DV_NOINLINE void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses*
 
 static uint32_t index_of(devrt_block h) { return (uint32_t)((h & ((1ull << INDEX_BITS) - 1)) - 1); }
 
-devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
+devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
+                              devrt_block* out) {
   uint32_t i = 0;
   DV_CHECK(take_index(rt->blocks, DV_SID_SLOT(stream), &i));
   dv_blk* b = at(rt->blocks, i);
@@ -953,7 +1018,8 @@ void dv_block_cancel(devrt_runtime* rt, devrt_block h) {
   give_index(rt->blocks, index_of(h));
 }
 
-devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s, dv_pev** ready_out) {
+devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s,
+                             dv_pev** ready_out) {
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_locked(rt, h, "devrt_block_alloc", &st);
   if (!b) return st;
@@ -963,7 +1029,8 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   devrt_resource* top = NULL;
   void* p = NULL;
   dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
-  if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0, NULL)) == DEVRT_OK && (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
+  if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0, NULL)) == DEVRT_OK &&
+      (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
       (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
     DV_KEEP_ERROR(devrt_resource_deallocate(top, p, size, stream)); /* the first error stands */
@@ -981,10 +1048,11 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   return DEVRT_OK;
 }
 
-devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out) {
+devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
+                               devrt_block* out) {
   DV_RT_CHECK(rt, "devrt_block_alloc");
-  DV_ARG_CHECK(out && size, "devrt_block_alloc", "size %zu is 0 or out %p is NULL (tag %s)", size, (void*)out,
-               tag ? tag : "untagged");
+  DV_ARG_CHECK(out && size, "devrt_block_alloc", "size %zu is 0 or out %p is NULL (tag %s)", size,
+               (void*)out, tag ? tag : "untagged");
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_block_alloc"));
   devrt_block h = 0;
@@ -1003,7 +1071,9 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   dv_blk* b = get_tracked(rt, h, "devrt_block_free", &st);
   if (b && b->pins) {
     unlock(b);
-    st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_block_free: block %#" PRIx64 " (tag %s) is in a launch being issued, or being freed, on another thread",
+    st = dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "devrt_block_free: block %#" PRIx64
+                 " (tag %s) is in a launch being issued, or being freed, on another thread",
                  h, b->tag ? b->tag : "untagged");
     b = NULL;
   }
@@ -1074,21 +1144,28 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_tracked(rt, h, "devrt_block_info_get", &st);
   if (!b) return st;
-  *out = (devrt_block_info){.ptr = b->ptr, .size = b->size, .tag = b->tag, .stream = b->stream,
-                            .generation = b->gen, .readers = b->t.nreaders,
+  *out = (devrt_block_info){.ptr = b->ptr,
+                            .size = b->size,
+                            .tag = b->tag,
+                            .stream = b->stream,
+                            .generation = b->gen,
+                            .readers = b->t.nreaders,
                             .writer_complete = !b->t.writer || dv_pev_passed(rt, b->t.writer)};
   unlock(b);
   return DEVRT_OK;
 }
 
-static devrt_status use_args(devrt_runtime* rt, devrt_stream stream, devrt_access a, dv_stream** s, const char* call) {
+static devrt_status use_args(devrt_runtime* rt, devrt_stream stream, devrt_access a, dv_stream** s,
+                             const char* call) {
   DV_RT_CHECK(rt, call);
   if (!dv_access_ok(a))
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: access %d is not READ, WRITE or READ_WRITE", call, (int)a);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: access %d is not READ, WRITE or READ_WRITE",
+                   call, (int)a);
   return dv_stream_get(rt, stream, s, call);
 }
 
-devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream, devrt_access a) {
+devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream,
+                                     devrt_access a) {
   dv_stream* s = NULL;
   DV_CHECK(use_args(rt, stream, a, &s, "devrt_prepare_block_use"));
   unsigned slot = DV_SID_SLOT(stream), n = 0;
@@ -1129,7 +1206,8 @@ static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
   return DEVRT_OK;
 }
 
-devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream, devrt_access a) {
+devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream,
+                                    devrt_access a) {
   dv_stream* s = NULL;
   DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
   unsigned slot = DV_SID_SLOT(stream);
@@ -1139,8 +1217,10 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
   devrt_status st = dv_pev_record(rt, slot, s, &ev);
   refs r = {.ev = ev};
   if (st == DEVRT_OK) refs_give(&r, 1, false);
-  if (ev) lock_with_room(rt, b, &r);
-  else lock_tracked(rt, b);
+  if (ev)
+    lock_with_room(rt, b, &r);
+  else
+    lock_tracked(rt, b);
   DV_ASSERT(b->pins && !(b->pins & FREEING) && b->live);
   if (ev) { /* waited: this stream's prepare waited as a write for what the track still holds */
     record_use(rt, &b->t, a, slot, &r,
@@ -1177,7 +1257,8 @@ devrt_status devrt_block_stats_get(devrt_runtime* rt, devrt_block_stats* out) {
   out->refused_launches = atomic_load_explicit(&rt->refused_launches, memory_order_relaxed);
   devrt_resource* top = NULL;
   devrt_resource_figures f;
-  if (atomic_load(&rt->stack) && devrt_runtime_resource(rt, &top) == DEVRT_OK && devrt_resource_query(top, &f) == DEVRT_OK)
+  if (atomic_load(&rt->stack) && devrt_runtime_resource(rt, &top) == DEVRT_OK &&
+      devrt_resource_query(top, &f) == DEVRT_OK)
     out->reaped_bytes = f.reaped_bytes;
   return DEVRT_OK;
 }
@@ -1204,7 +1285,8 @@ dv_block_paths dv_block_paths_get(devrt_runtime* rt) {
   for (unsigned i = 0; i < rt->nslots; i++) {
     dv_evslot* e = &rt->evslots[i];
     dv_spin_lock(&e->mu);
-    p.marks_deferred += e->deferred, p.launches_repeated += e->n.repeats, p.launches_grouped += e->n.grouped;
+    p.marks_deferred += e->deferred, p.launches_repeated += e->n.repeats,
+        p.launches_grouped += e->n.grouped;
     dv_spin_unlock(&e->mu);
   }
   return p;

@@ -17,8 +17,8 @@ typedef struct dv_pev {
   _Alignas(64) dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
-  _Atomic uint64_t seq;      /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
-  _Atomic uint8_t rec;       /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
+  _Atomic uint64_t seq; /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
+  _Atomic uint8_t rec;  /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
 /* A mark is LAZY until something needs it; one thread then holds it RECORDING while it records
@@ -31,7 +31,9 @@ enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED, DV_PEV_DONE };
  * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
  * add per counter; v adds them as one vector. */
 typedef union dv_counts {
-  struct { uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late; };
+  struct {
+    uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late;
+  };
   uint64_t v[8];
 } dv_counts;
 
@@ -40,23 +42,24 @@ typedef union dv_counts {
  * Its first line holds what a launch on the slot reads and the next its counters; the second
  * DV_LINE unit what other slots' threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
-  _Alignas(DV_LINE) dv_spin mu; /* a spin lock: it never holds a driver call, an allocation or a
-                                 * wait (take() drops it to create an event) */
-  _Atomic bool issuing;       /* held by the thread using `rep` */
-  _Atomic uint8_t rep_cold;   /* saves to skip: the repeated mark was needed elsewhere */
-  dv_pev* free;               /* under mu */
-  _Atomic(dv_pev*) last;      /* the newest mark (holds a reference); written under mu */
-  _Atomic uint64_t seq;       /* written under mu; read without it only as a hint */
-  _Atomic(dv_pev*) rep_mark;  /* rep->mark, readable without `issuing` (a hint) */
+  _Alignas(DV_LINE) dv_spin mu;    /* a spin lock (take() drops it to create an event); but
+                                    * dv_pev_record records its event under it, so seq follows the
+                                    * stream: that record is still to move out */
+  _Atomic bool issuing;            /* held by the thread using `rep` */
+  _Atomic uint8_t rep_cold;        /* saves to skip: the repeated mark was needed elsewhere */
+  dv_pev* free;                    /* under mu */
+  _Atomic(dv_pev*) last;           /* the newest mark (holds a reference); written under mu */
+  _Atomic uint64_t seq;            /* written under mu; read without it only as a hint */
+  _Atomic(dv_pev*) rep_mark;       /* rep->mark, readable without `issuing` (a hint) */
   _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
-  struct dv_repeat* rep;      /* the last launch's uses, for the repeat path */
-  uint64_t deferred;          /* under mu */
-  dv_counts n;                /* under mu: the totals */
+  struct dv_repeat* rep;           /* the last launch's uses, for the repeat path */
+  uint64_t deferred;               /* under mu */
+  dv_counts n;                     /* under mu: the totals */
   _Alignas(DV_LINE) _Atomic(dv_pev*) back; /* events given back without the lock; taken under mu */
-  _Atomic uint64_t done_seq;  /* every event with seq <= this has completed */
+  _Atomic uint64_t done_seq;               /* every event with seq <= this has completed */
   _Atomic uint64_t created, allocs, frees;
-  uint64_t recorded, reused;  /* under mu */
-  dv_pev* all;                /* every event of the slot, for teardown (under mu) */
+  uint64_t recorded, reused; /* under mu */
+  dv_pev* all;               /* every event of the slot, for teardown (under mu) */
 } dv_evslot;
 
 void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
@@ -71,7 +74,8 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
 /* A lazy mark after the work just enqueued on `slot`; the caller owns one reference to it, and
  * the slot's reference to the previous newest mark (*old, may be NULL), to drop. Adds c to the
  * slot's counters either way. */
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c);
+devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old,
+                         const dv_counts* c);
 /* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). A
  * record is counted in *late, for the caller to add to its own slot's counters (the total is
  * what devrt_block_stats reports), or with late NULL on p's slot at once. */
@@ -81,14 +85,17 @@ devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* l
 /* Before devrt enqueues more work on `slot`: records its newest mark if it is lazy and referred
  * to by more than the slot itself and the `drops` references (to mark `of`) that the coming work
  * will replace. Lock-free when there is nothing to record. */
-devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint64_t* late);
+devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops,
+                            uint64_t* late);
 /* The slot's newest mark, as a hint (no reference taken: pooled events are never freed). */
 static inline const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
   return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);
 }
 /* The slot's stream was synchronized and is going away: every mark of it is complete. */
 void dv_events_retire(devrt_runtime* rt, unsigned slot);
-static inline void dv_pev_ref(dv_pev* p) { atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); }
+static inline void dv_pev_ref(dv_pev* p) {
+  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+}
 void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n);
 static inline void dv_pev_unref(devrt_runtime* rt, dv_pev* p) { dv_pev_unref_n(rt, p, 1); }
 /* p is known to have completed (a poll or a synchronize saw its slot get past it) and its point
@@ -104,7 +111,9 @@ uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot);
 void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
-static inline bool dv_access_ok(devrt_access a) { return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE; }
+static inline bool dv_access_ok(devrt_access a) {
+  return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE;
+}
 /* A slot's event to wait for; in a track, `wrote` says it covers a write (see record_write). */
 typedef struct dv_wait {
   unsigned slot;
@@ -116,18 +125,21 @@ typedef struct dv_uses {
   const devrt_block_use* u; /* the caller's list when it names each block once, else `merged` */
   unsigned n;
   struct dv_blk* b[DEVRT_LAUNCH_MAX_USES]; /* each block's record, once pinned block by block */
-  uint64_t ver[DEVRT_LAUNCH_MAX_USES];     /* each block's version after the use (the repeat path) */
-  uint32_t epoch[DEVRT_LAUNCH_MAX_USES];   /* each block's track epoch when gathered */
+  uint64_t ver[DEVRT_LAUNCH_MAX_USES];   /* each block's version after the use (the repeat path) */
+  uint32_t epoch[DEVRT_LAUNCH_MAX_USES]; /* each block's track epoch when gathered */
   devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
 } dv_uses;
 
 /* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit). */
-#define WAIT_BUF(rt, name)                                                                              \
-  dv_wait name##_stack[128];                                                                            \
-  dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : malloc((rt)->nslots * sizeof *name); \
-  if (!name) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
-#define WAIT_BUF_FREE(name) if (name != name##_stack) free(name)
+#define WAIT_BUF(rt, name)                                                                 \
+  dv_wait name##_stack[128];                                                               \
+  dv_wait* name =                                                                          \
+      DV_LIKELY((rt)->nslots <= 128) ? name##_stack : malloc((rt)->nslots * sizeof *name); \
+  if (!name)                                                                               \
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
+#define WAIT_BUF_FREE(name) \
+  if (name != name##_stack) free(name)
 
 /* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */
 typedef struct dv_pinned {
@@ -144,20 +156,21 @@ devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* cal
  * is: its accesses are checked here and, where it names a block twice, x->u becomes the merged
  * copy. waits has room for rt->nslots entries, *nwaits and *how start empty. With `of`, counts
  * in *drops the references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* waits, unsigned* nwaits,
-                         const dv_pev* of, uint32_t* drops, const char* call, dv_pinned* how, dv_counts* c);
+devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* waits,
+                         unsigned* nwaits, const dv_pev* of, uint32_t* drops, const char* call,
+                         dv_pinned* how, dv_counts* c);
 /* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
  * wait on every gathered event (counted in c); drops them either way. */
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n, const dv_pev* of,
-                            uint32_t drops, dv_counts* c);
+devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
+                            const dv_pev* of, uint32_t drops, dv_counts* c);
 /* Records where the work ends (ev, on `slot`) on each block (or their group), then unpins them
  * as `how` says (NULL: they were not pinned); ev NULL only unpins. Drops the reference `old`
  * (may be NULL); with `donate` the caller's reference to ev goes to the blocks too. Leaves each
  * block's version in x->ver; returns the references to ev the blocks took (0 for a group:
  * a group's launch is no repeat candidate). Blocks used as one set again, with one access, are
  * grouped here. */
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old, bool donate,
-                        const dv_pinned* how);
+uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old,
+                        bool donate, const dv_pinned* how);
 
 /* The repeat path: a launch on `slot` declaring the same uses as the slot's previous launch, when
  * no block changed since and nothing else refers to that launch's lazy mark, needs no wait (the
@@ -170,10 +183,12 @@ devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok
 void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain);
 
 /* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
-devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag, devrt_block* out);
+devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
+                              devrt_block* out);
 /* Allocates a reserved block's memory on held stream `stream` (s); on failure the handle is
  * released (stale). ready (may be NULL) gets a reference to the allocation-ready event. */
-devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s, dv_pev** ready);
+devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s,
+                             dv_pev** ready);
 /* Releases a reserved block that will never be committed. */
 void dv_block_cancel(devrt_runtime* rt, devrt_block h);
 /* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
@@ -181,7 +196,9 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
 /* Which of the launch paths ran (the optimizer's own counters, for white-box tests and benches;
  * devrt_block_stats reports behaviour): marks recorded lazily, launches that took the repeat
  * path, launches tracked through a group. */
-typedef struct dv_block_paths { uint64_t marks_deferred, launches_repeated, launches_grouped; } dv_block_paths;
+typedef struct dv_block_paths {
+  uint64_t marks_deferred, launches_repeated, launches_grouped;
+} dv_block_paths;
 dv_block_paths dv_block_paths_get(devrt_runtime* rt);
 
 /* INVALID_STATE (naming `call` and how many) if any block of rt is live, reserved or not. */

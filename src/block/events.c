@@ -10,8 +10,8 @@
 
 static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   uint64_t cur = atomic_load_explicit(x, memory_order_relaxed);
-  while (cur < v && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_release, memory_order_relaxed)) {
-  }
+  while (cur < v && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_release,
+                                                           memory_order_relaxed)) {}
   return cur;
 }
 
@@ -19,7 +19,8 @@ static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = dv_zalloc_lines(sizeof *p); /* one line: touched by every launch that uses it */
   if (!p) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "event pool: out of host memory");
-  devrt_status st = rt->be->event_create(rt->dev, DEVRT_EVENT_DEFAULT, &p->ev); /* blocking-sync would cost ~1 us per record */
+  devrt_status st = rt->be->event_create(rt->dev, DEVRT_EVENT_DEFAULT,
+                                         &p->ev); /* blocking-sync would cost ~1 us per record */
   if (st != DEVRT_OK) {
     free(p);
     return st;
@@ -35,7 +36,8 @@ DV_HOT static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot,
   if (!es->free) es->free = atomic_exchange_explicit(&es->back, NULL, memory_order_acquire);
   dv_pev* p = es->free;
   if (p) {
-    assert(atomic_load_explicit(&p->refs, memory_order_relaxed) == 0); /* nobody holds a free event */
+    assert(atomic_load_explicit(&p->refs, memory_order_relaxed) ==
+           0); /* nobody holds a free event */
     es->free = p->next;
     es->reused++;
   } else {
@@ -55,9 +57,12 @@ static void give_locked(dv_evslot* es, dv_pev* p) { p->next = es->free, es->free
 DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
-  atomic_store_explicit(&p->seq, seq, memory_order_relaxed); /* p reaches others through `last` or a record */
-  atomic_store_explicit(&es->seq, seq, memory_order_release); /* after the work: sync_begin relies on it */
-  dv_pev* old = atomic_load_explicit(&es->last, memory_order_relaxed); /* only written under es->mu */
+  atomic_store_explicit(&p->seq, seq,
+                        memory_order_relaxed); /* p reaches others through `last` or a record */
+  atomic_store_explicit(&es->seq, seq,
+                        memory_order_release); /* after the work: sync_begin relies on it */
+  dv_pev* old =
+      atomic_load_explicit(&es->last, memory_order_relaxed); /* only written under es->mu */
   atomic_store_explicit(&es->last, p, memory_order_release);
   return old;
 }
@@ -72,7 +77,8 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
     }
     if (s == DV_PEV_DONE) return DEVRT_OK; /* complete: nobody needs to wait for it */
     /* seq_cst, as dv_events_retire's store and load: one of us sees the other's write */
-    if (!atomic_compare_exchange_weak_explicit(&p->rec, &s, DV_PEV_RECORDING, memory_order_seq_cst, memory_order_acquire))
+    if (!atomic_compare_exchange_weak_explicit(&p->rec, &s, DV_PEV_RECORDING, memory_order_seq_cst,
+                                               memory_order_acquire))
       continue;
     if (p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_seq_cst)) {
       /* complete: settled as DONE, so it can no longer move past work that nobody waits for */
@@ -80,9 +86,12 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
       return DEVRT_OK;
     }
     devrt_status st = rt->be->event_record(p->ev, rt->slots[p->slot].s);
-    atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY, memory_order_release);
-    if (st == DEVRT_OK && late) ++*late;
-    else if (st == DEVRT_OK) dv_counts_flush(rt, p->slot, &(dv_counts){.late = 1});
+    atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY,
+                          memory_order_release);
+    if (st == DEVRT_OK && late)
+      ++*late;
+    else if (st == DEVRT_OK)
+      dv_counts_flush(rt, p->slot, &(dv_counts){.late = 1});
     return st;
   }
   return DEVRT_OK;
@@ -95,14 +104,17 @@ DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
          atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
 }
 
-DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops, uint64_t* late) {
+DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of,
+                                   uint32_t drops, uint64_t* late) {
   dv_evslot* es = &rt->evslots[slot];
   if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
-    return DEVRT_OK; /* the common case, lock-free: nothing else needs the newest point */
+    return DEVRT_OK;     /* the common case, lock-free: nothing else needs the newest point */
   dv_spin_lock(&es->mu); /* to hold the newest mark while recording it */
   dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-  if (needed(p, of, drops)) dv_pev_ref(p);
-  else p = NULL;
+  if (needed(p, of, drops))
+    dv_pev_ref(p);
+  else
+    p = NULL;
   dv_spin_unlock(&es->mu);
   if (!p) return DEVRT_OK;
   devrt_status st = dv_pev_realize(rt, p, late);
@@ -142,7 +154,8 @@ DV_NOINLINE void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_coun
   dv_spin_unlock(&es->mu);
 }
 
-DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old, const dv_counts* c) {
+DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old,
+                                const dv_counts* c) {
   dv_evslot* es = &rt->evslots[slot];
   dv_pev* p = NULL;
   dv_spin_lock(&es->mu);
@@ -160,7 +173,8 @@ DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, 
 
 DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* late) {
   DV_CHECK(dv_pev_realize(rt, p, late));
-  if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED) return DEVRT_OK; /* complete before it was needed */
+  if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED)
+    return DEVRT_OK; /* complete before it was needed */
   return rt->be->stream_wait(s, p->ev);
 }
 
@@ -172,7 +186,8 @@ DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
   dv_evslot* es = &rt->evslots[p->slot];
   dv_pev* head = atomic_load_explicit(&es->back, memory_order_relaxed);
   do p->next = head;
-  while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release, memory_order_relaxed));
+  while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release,
+                                                memory_order_relaxed));
 }
 
 DV_HOT bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p) {
@@ -187,16 +202,21 @@ DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
 void dv_events_poll(devrt_runtime* rt) {
   for (unsigned i = 0; i < rt->nslots; i++) {
     dv_evslot* es = &rt->evslots[i];
-    if (atomic_load_explicit(&es->done_seq, memory_order_relaxed) >= atomic_load_explicit(&es->seq, memory_order_relaxed))
-      continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the next poll) */
+    if (atomic_load_explicit(&es->done_seq, memory_order_relaxed) >=
+        atomic_load_explicit(&es->seq, memory_order_relaxed))
+      continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the
+                   next poll) */
     dv_spin_lock(&es->mu);
     dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-    if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED) dv_pev_ref(p);
-    else p = NULL; /* a lazy mark nobody needed: left lazy (a later need records it at once) */
+    if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED)
+      dv_pev_ref(p);
+    else
+      p = NULL; /* a lazy mark nobody needed: left lazy (a later need records it at once) */
     dv_spin_unlock(&es->mu);
     if (!p) continue;
     bool done = false;
-    if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done) max_store(&es->done_seq, p->seq);
+    if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done)
+      max_store(&es->done_seq, p->seq);
     dv_pev_unref(rt, p);
   }
 }
@@ -205,13 +225,17 @@ uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot) {
   return atomic_load_explicit(&rt->evslots[slot].seq, memory_order_acquire);
 }
 
-void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) { max_store(&rt->evslots[slot].done_seq, seq); }
+void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) {
+  max_store(&rt->evslots[slot].done_seq, seq);
+}
 
 void dv_events_retire(devrt_runtime* rt, unsigned slot) {
   dv_evslot* es = &rt->evslots[slot];
   dv_spin_lock(&es->mu);
-  uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed), cur = atomic_load(&es->done_seq);
-  while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur, seq)) { /* seq_cst: see dv_pev_realize */
+  uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed),
+           cur = atomic_load(&es->done_seq);
+  while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur,
+                                                    seq)) { /* seq_cst: see dv_pev_realize */
   }
   dv_pev* all = es->all; /* a node's `all` never changes once it is on the list */
   dv_spin_unlock(&es->mu);

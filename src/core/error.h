@@ -11,9 +11,12 @@
 #define DV_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define DV_LIKELY(x) __builtin_expect(!!(x), 1)
 #define DV_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define DV_INLINE __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
-#define DV_COLD __attribute__((cold)) /* failure paths: the compiler moves what leads here out of hot code */
-#define DV_HOT __attribute__((hot)) /* the paths around driver calls (launches, allocations): kept together */
+#define DV_INLINE \
+  __attribute__((always_inline)) inline /* a hot path's helper, inlined where it is defined */
+#define DV_COLD \
+  __attribute__((cold)) /* failure paths: the compiler moves what leads here out of hot code */
+#define DV_HOT \
+  __attribute__((hot)) /* the paths around driver calls (launches, allocations): kept together */
 /* A hot path's entry whose helpers all inline into it (no call or frame per helper, fewer lines
  * between the driver's calls), and a rare path such an entry must not pull in. */
 #define DV_FLATTEN __attribute__((flatten))
@@ -56,16 +59,16 @@ void dv_error_reset(void);
 static inline void dv_error_clear(void) {
   if (DV_UNLIKELY(dv_error_state == DV_ERROR_SET)) dv_error_reset();
 }
-#define DV_KEEP_ERROR(stmt)                  \
-  do {                                       \
-    dv_error_state += DV_ERROR_KEEP;         \
-    stmt;                                    \
-    dv_error_state -= DV_ERROR_KEEP;         \
+#define DV_KEEP_ERROR(stmt)          \
+  do {                               \
+    dv_error_state += DV_ERROR_KEEP; \
+    stmt;                            \
+    dv_error_state -= DV_ERROR_KEEP; \
   } while (0)
 
-#define DV_CHECK(expr)                    \
-  do {                                    \
-    devrt_status dv_s_ = (expr);          \
+#define DV_CHECK(expr)                                \
+  do {                                                \
+    devrt_status dv_s_ = (expr);                      \
     if (DV_UNLIKELY(dv_s_ != DEVRT_OK)) return dv_s_; \
   } while (0)
 

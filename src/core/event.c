@@ -12,18 +12,19 @@ struct devrt_event {
   struct devrt_event *prev, *next;
 };
 
-#define DV_EV_CHECK(rt, ev, call)                                                             \
-  do {                                                                                        \
-    DV_RT_CHECK(rt, call);                                                                    \
-    if (DV_UNLIKELY(!(ev) || (ev)->magic != DV_EV_MAGIC || (ev)->rt != (rt)))                 \
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: event %p is NULL, destroyed or another runtime's", \
-                     call, (void*)(ev));                                                      \
+#define DV_EV_CHECK(rt, ev, call)                                                                \
+  do {                                                                                           \
+    DV_RT_CHECK(rt, call);                                                                       \
+    if (DV_UNLIKELY(!(ev) || (ev)->magic != DV_EV_MAGIC || (ev)->rt != (rt)))                    \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,                                                 \
+                     "%s: event %p is NULL, destroyed or another runtime's", call, (void*)(ev)); \
   } while (0)
 
 devrt_status devrt_event_create(devrt_runtime* rt, unsigned flags, devrt_event** out) {
   DV_RT_CHECK(rt, "devrt_event_create");
   DV_ARG_CHECK(out, "devrt_event_create", "out is NULL");
-  DV_ARG_CHECK(!(flags & ~(unsigned)(DEVRT_EVENT_BLOCKING_SYNC | DEVRT_EVENT_TIMING)), "devrt_event_create", "unknown flags 0x%x", flags);
+  DV_ARG_CHECK(!(flags & ~(unsigned)(DEVRT_EVENT_BLOCKING_SYNC | DEVRT_EVENT_TIMING)),
+               "devrt_event_create", "unknown flags 0x%x", flags);
   devrt_event* ev = calloc(1, sizeof *ev);
   if (!ev) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_event_create: out of host memory");
   devrt_status s = rt->be->event_create(rt->dev, flags, &ev->e);
@@ -51,8 +52,10 @@ static void event_free(devrt_runtime* rt, devrt_event* ev) {
 devrt_status devrt_event_destroy(devrt_runtime* rt, devrt_event* ev) {
   DV_EV_CHECK(rt, ev, "devrt_event_destroy");
   pthread_mutex_lock(&rt->events_mu);
-  if (ev->prev) ev->prev->next = ev->next;
-  else rt->events = ev->next;
+  if (ev->prev)
+    ev->prev->next = ev->next;
+  else
+    rt->events = ev->next;
   if (ev->next) ev->next->prev = ev->prev;
   pthread_mutex_unlock(&rt->events_mu);
   event_free(rt, ev);

@@ -48,7 +48,8 @@ devrt_status devrt_mem_free(devrt_runtime* rt, void* ptr) {
   return rt->be->mem_free(rt->dev, ptr);
 }
 
-devrt_status devrt_memset_async(devrt_runtime* rt, void* ptr, int byte, size_t size, devrt_stream stream) {
+devrt_status devrt_memset_async(devrt_runtime* rt, void* ptr, int byte, size_t size,
+                                devrt_stream stream) {
   DV_RT_CHECK(rt, "devrt_memset_async");
   DV_ARG_CHECK(ptr, "devrt_memset_async", "ptr is NULL");
   DV_ARG_CHECK(size, "devrt_memset_async", "size is 0");
@@ -57,7 +58,8 @@ devrt_status devrt_memset_async(devrt_runtime* rt, void* ptr, int byte, size_t s
   return rt->be->memset_async(s, ptr, byte, size);
 }
 
-devrt_status devrt_memcpy_async(devrt_runtime* rt, void* dst, const void* src, size_t size, devrt_stream stream) {
+devrt_status devrt_memcpy_async(devrt_runtime* rt, void* dst, const void* src, size_t size,
+                                devrt_stream stream) {
   DV_RT_CHECK(rt, "devrt_memcpy_async");
   DV_ARG_CHECK(dst && src, "devrt_memcpy_async", "dst %p or src %p is NULL", dst, src);
   DV_ARG_CHECK(size, "devrt_memcpy_async", "size is 0");

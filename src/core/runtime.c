@@ -30,7 +30,9 @@ static devrt_status env_u64(const char* name, uint64_t lo, uint64_t hi, uint64_t
   errno = 0;
   unsigned long long x = strtoull(v, &end, 0);
   if (errno || *end || v[0] == '-' || x < lo || x > hi)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: %s=\"%s\" is not a number in [%" PRIu64 ", %" PRIu64 "]", name, v, lo, hi);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "devrt_config_init: %s=\"%s\" is not a number in [%" PRIu64 ", %" PRIu64 "]",
+                   name, v, lo, hi);
   *out = x;
   return DEVRT_OK;
 }
@@ -49,10 +51,15 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   cfg->partition_streams = 64;
   const char* b = getenv("DEVRT_BACKEND");
   if (b && *b) {
-    if (!strcmp(b, "auto")) cfg->backend = DEVRT_BACKEND_AUTO;
-    else if (!strcmp(b, "cuda")) cfg->backend = DEVRT_BACKEND_CUDA;
-    else if (!strcmp(b, "host")) cfg->backend = DEVRT_BACKEND_HOST;
-    else return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_BACKEND=\"%s\" is not auto, cuda or host", b);
+    if (!strcmp(b, "auto"))
+      cfg->backend = DEVRT_BACKEND_AUTO;
+    else if (!strcmp(b, "cuda"))
+      cfg->backend = DEVRT_BACKEND_CUDA;
+    else if (!strcmp(b, "host"))
+      cfg->backend = DEVRT_BACKEND_HOST;
+    else
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_BACKEND=\"%s\" is not auto, cuda or host", b);
   }
   uint64_t v = cfg->stream_pool_size;
   DV_CHECK(env_u64("DEVRT_STREAMS", 1, DEVRT_MAX_STREAMS, &v));
@@ -76,25 +83,36 @@ devrt_status devrt_config_init(devrt_config* cfg) {
     bool in_range = errno == 0 && bud[0] != '-';
     if (in_range && bud[len - 1] == '%' && end == bud + len - 1 && x >= 1 && x <= 100)
       cfg->budget_percent = (unsigned)x, cfg->budget_bytes = 0;
-    else if (in_range && *end == 0 && x > 0) cfg->budget_bytes = x;
-    else return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_BUDGET=\"%s\" is neither bytes (> 0) nor a percentage (1%%..100%%)", bud);
+    else if (in_range && *end == 0 && x > 0)
+      cfg->budget_bytes = x;
+    else
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_BUDGET=\"%s\" is neither bytes (> 0) nor a "
+                     "percentage (1%%..100%%)",
+                     bud);
   }
   const char* c = getenv("DEVRT_CACHE");
   if (c && *c) {
-    if (strcmp(c, "0") && strcmp(c, "1")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_CACHE=\"%s\" is not 0 or 1", c);
+    if (strcmp(c, "0") && strcmp(c, "1"))
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_CACHE=\"%s\" is not 0 or 1", c);
     cfg->cache = c[0] == '1';
   }
   const char* log = getenv("DEVRT_LOG");
   cfg->log_path = log && *log ? log : NULL;
   const char* lf = getenv("DEVRT_LOG_FORMAT");
   if (lf && *lf) {
-    if (strcmp(lf, "csv") && strcmp(lf, "jsonl")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
+    if (strcmp(lf, "csv") && strcmp(lf, "jsonl"))
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
     cfg->log_jsonl = lf[0] == 'j';
   }
   DV_CHECK(env_u64("DEVRT_WAIT_SPIN_NS", 0, 1000000000, &cfg->wait_spin_ns));
   const char* cm = getenv("DEVRT_COMPLETION");
   if (cm && *cm) {
-    if (strcmp(cm, "sync") && strcmp(cm, "hostfn")) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_COMPLETION=\"%s\" is not sync or hostfn", cm);
+    if (strcmp(cm, "sync") && strcmp(cm, "hostfn"))
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_COMPLETION=\"%s\" is not sync or hostfn", cm);
     cfg->completion = cm[0] == 'h';
   }
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
@@ -103,7 +121,9 @@ devrt_status devrt_config_init(devrt_config* cfg) {
     errno = 0;
     long x = strtol(p, &end, 10);
     if (errno || end == p || *end || x < -64 || x > 64)
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
+      return dv_fail(
+          DEVRT_ERR_INVALID_ARGUMENT,
+          "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
     cfg->stream_priority = (int)x;
   }
   return DEVRT_OK;
@@ -111,25 +131,30 @@ devrt_status devrt_config_init(devrt_config* cfg) {
 
 static devrt_status config_check(const devrt_config* c, const char* call) {
   DV_ARG_CHECK(c, "devrt_config", "%s: cfg is NULL", call);
-  if (c->ordinal < 0 || c->ordinal >= DEVRT_MAX_ORDINALS || (unsigned)c->backend > DEVRT_BACKEND_HOST ||
-      c->stream_pool_size < 1 || c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 ||
-      c->host_workers > 1024 || c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
-      (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) || c->completion < 0 ||
-      c->completion > 1 || c->wait_spin_ns > 1000000000 ||
+  if (c->ordinal < 0 || c->ordinal >= DEVRT_MAX_ORDINALS ||
+      (unsigned)c->backend > DEVRT_BACKEND_HOST || c->stream_pool_size < 1 ||
+      c->stream_pool_size > DEVRT_MAX_STREAMS || c->host_workers < 1 || c->host_workers > 1024 ||
+      c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
+      (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) ||
+      c->completion < 0 || c->completion > 1 || c->wait_spin_ns > 1000000000 ||
       (uint64_t)c->stream_pool_size + c->partition_streams > DEVRT_MAX_STREAMS)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                   "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
-                   "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] without budget_bytes, "
-                   "completion %d in [0,1], wait_spin_ns %" PRIu64 " <= 1e9, stream_pool_size + partition_streams %u <= %d)",
-                   call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size, DEVRT_MAX_STREAMS,
-                   c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent, c->completion, c->wait_spin_ns,
-                   c->partition_streams, DEVRT_MAX_STREAMS);
+    return dv_fail(
+        DEVRT_ERR_INVALID_ARGUMENT,
+        "%s: config out of range (ordinal %d in [0,%d), backend %d, stream_pool_size %u in [1,%d], "
+        "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] "
+        "without budget_bytes, "
+        "completion %d in [0,1], wait_spin_ns %" PRIu64
+        " <= 1e9, stream_pool_size + partition_streams %u <= %d)",
+        call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size,
+        DEVRT_MAX_STREAMS, c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent,
+        c->completion, c->wait_spin_ns, c->partition_streams, DEVRT_MAX_STREAMS);
   return DEVRT_OK;
 }
 
 /* ---- backend choice ---- */
 
-static devrt_status choose_backend(const devrt_config* cfg, const dv_backend** be, char* reason, size_t n) {
+static devrt_status choose_backend(const devrt_config* cfg, const dv_backend** be, char* reason,
+                                   size_t n) {
   if (cfg->backend == DEVRT_BACKEND_HOST) {
     *be = &dv_host_backend;
     snprintf(reason, n, "host: requested by configuration");
@@ -145,14 +170,17 @@ static devrt_status choose_backend(const devrt_config* cfg, const dv_backend** b
     return DEVRT_OK;
   }
   if (s == DEVRT_OK)
-    s = dv_fail(DEVRT_ERR_NO_DEVICE, "cuda: no CUDA device at ordinal %d (%d present)", cfg->ordinal, count);
+    s = dv_fail(DEVRT_ERR_NO_DEVICE, "cuda: no CUDA device at ordinal %d (%d present)",
+                cfg->ordinal, count);
   if (cfg->backend == DEVRT_BACKEND_CUDA) return s;
   *be = &dv_host_backend;
-  snprintf(reason, n, "host: auto found no usable cuda device (%s: %s)", devrt_status_name(s), devrt_last_error());
+  snprintf(reason, n, "host: auto found no usable cuda device (%s: %s)", devrt_status_name(s),
+           devrt_last_error());
   return DEVRT_OK;
 #else
   if (cfg->backend == DEVRT_BACKEND_CUDA)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuda backend requested, but devrt was built without the CUDA toolkit");
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "cuda backend requested, but devrt was built without the CUDA toolkit");
   *be = &dv_host_backend;
   snprintf(reason, n, "host: devrt was built without the CUDA toolkit");
   return DEVRT_OK;
@@ -168,7 +196,9 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   char reason[256];
   DV_CHECK(choose_backend(cfg, &be, reason, sizeof reason));
   uint64_t serial = atomic_fetch_add(&next_serial, 1);
-  if (serial >= (1u << 20)) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: more than 2^20 runtimes created in this process");
+  if (serial >= (1u << 20))
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_runtime: more than 2^20 runtimes created in this process");
   devrt_runtime* rt = dv_zalloc_lines(sizeof *rt);
   if (!rt) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory");
   rt->be = be;
@@ -178,8 +208,10 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   memcpy(rt->reason, reason, sizeof reason);
   devrt_status s = be->device_open(cfg, &rt->dev);
   if (s == DEVRT_OK) s = be->device_info(rt->dev, &rt->info);
-  if (s == DEVRT_OK && (cfg->stream_priority > rt->info.priority_least || cfg->stream_priority < rt->info.priority_greatest))
-    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_runtime: stream_priority %d outside the device's range [%d, %d]",
+  if (s == DEVRT_OK && (cfg->stream_priority > rt->info.priority_least ||
+                        cfg->stream_priority < rt->info.priority_greatest))
+    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                "devrt_runtime: stream_priority %d outside the device's range [%d, %d]",
                 cfg->stream_priority, rt->info.priority_greatest, rt->info.priority_least);
   if (s == DEVRT_OK) s = dv_stream_pool_init(rt);
   if (s == DEVRT_OK && (s = dv_blocks_init(rt)) != DEVRT_OK) dv_stream_pool_fini(rt);
@@ -212,7 +244,8 @@ devrt_status devrt_runtime_create(const devrt_config* cfg, devrt_runtime** out) 
 
 devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_RT_CHECK(rt, "devrt_runtime_destroy");
-  DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy", "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
+  DV_ARG_CHECK(rt->owned, "devrt_runtime_destroy",
+               "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
   DV_CHECK(dv_layouts_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_blocks_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
@@ -238,7 +271,8 @@ static _Atomic unsigned creations;
 unsigned dv_runtime_creations(void) { return atomic_load(&creations); }
 
 devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
-  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_configure", "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
+  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_configure",
+               "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
   DV_ARG_CHECK(cfg, "devrt_configure", "cfg is NULL");
   devrt_config c = *cfg;
   c.ordinal = ordinal;
@@ -246,7 +280,8 @@ devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
   pthread_mutex_lock(&registry_mu);
   devrt_status s = DEVRT_OK;
   if (atomic_load(&registry[ordinal]))
-    s = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_configure: the runtime of ordinal %d already exists", ordinal);
+    s = dv_fail(DEVRT_ERR_INVALID_STATE,
+                "devrt_configure: the runtime of ordinal %d already exists", ordinal);
   else {
     configured[ordinal] = c;
     has_config[ordinal] = true;
@@ -256,7 +291,8 @@ devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
 }
 
 devrt_status devrt_runtime_get(int ordinal, devrt_runtime** out) {
-  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_runtime_get", "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
+  DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_runtime_get",
+               "ordinal %d not in [0, %d)", ordinal, DEVRT_MAX_ORDINALS);
   DV_ARG_CHECK(out, "devrt_runtime_get", "out is NULL");
   devrt_runtime* rt = atomic_load_explicit(&registry[ordinal], memory_order_acquire);
   if (DV_LIKELY(rt)) {
@@ -268,8 +304,10 @@ devrt_status devrt_runtime_get(int ordinal, devrt_runtime** out) {
   rt = atomic_load_explicit(&registry[ordinal], memory_order_relaxed);
   if (!rt) {
     devrt_config c;
-    if (has_config[ordinal]) c = configured[ordinal];
-    else s = devrt_config_init(&c);
+    if (has_config[ordinal])
+      c = configured[ordinal];
+    else
+      s = devrt_config_init(&c);
     c.ordinal = ordinal;
     if (s == DEVRT_OK) s = runtime_new(&c, false, &rt);
     if (s == DEVRT_OK) {
@@ -307,19 +345,24 @@ devrt_status devrt_device_info_get(devrt_runtime* rt, devrt_device_info* out) {
   return DEVRT_OK;
 }
 
-devrt_status devrt_device_split_query(devrt_runtime* rt, unsigned min_sms, unsigned flags, devrt_split_result* out) {
+devrt_status devrt_device_split_query(devrt_runtime* rt, unsigned min_sms, unsigned flags,
+                                      devrt_split_result* out) {
   DV_RT_CHECK(rt, "devrt_device_split_query");
   DV_ARG_CHECK(out, "devrt_device_split_query", "out is NULL");
-  DV_ARG_CHECK(!(flags & ~DEVRT_SPLIT_IGNORE_COSCHEDULING), "devrt_device_split_query", "unknown flags 0x%x", flags);
+  DV_ARG_CHECK(!(flags & ~DEVRT_SPLIT_IGNORE_COSCHEDULING), "devrt_device_split_query",
+               "unknown flags 0x%x", flags);
   if (!rt->info.green_contexts)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "devrt_device_split_query: device %d (%s) has no green contexts", rt->cfg.ordinal, rt->info.name);
-  DV_ARG_CHECK(min_sms <= (unsigned)rt->info.sm_count, "devrt_device_split_query", "%u SMs asked, device %d has %d",
-               min_sms, rt->cfg.ordinal, rt->info.sm_count);
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "devrt_device_split_query: device %d (%s) has no green contexts",
+                   rt->cfg.ordinal, rt->info.name);
+  DV_ARG_CHECK(min_sms <= (unsigned)rt->info.sm_count, "devrt_device_split_query",
+               "%u SMs asked, device %d has %d", min_sms, rt->cfg.ordinal, rt->info.sm_count);
   dv_res dev, one, rem;
   unsigned n = 0, k = 1;
   DV_CHECK(rt->be->sm_resource(rt->dev, &dev));
   DV_CHECK(rt->be->sm_split(rt->dev, &dev, min_sms, flags, NULL, &n, &rem)); /* the group count */
-  DV_CHECK(rt->be->sm_split(rt->dev, &dev, min_sms, flags, &one, &k, &rem)); /* one gives its size */
+  DV_CHECK(
+      rt->be->sm_split(rt->dev, &dev, min_sms, flags, &one, &k, &rem)); /* one gives its size */
   out->groups = n;
   out->sms_per_group = n ? one.sms : 0;
   out->remainder_sms = dev.sms - n * out->sms_per_group;

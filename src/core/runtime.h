@@ -14,16 +14,17 @@
 #define DV_SID_SERIAL(id) ((id) >> 44)
 #define DV_SID_SLOTS 4096u /* the slot table's length: every slot an id can name */
 #define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & (DV_SID_SLOTS - 1))
-#define DV_SID(serial, slot, lease) (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
+#define DV_SID(serial, slot, lease) \
+  (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
 
 /* A bounded pool of stream slots: the runtime's own, or one partition's (src/partition). Its
  * fields are guarded by the runtime's pool_mu. */
 typedef struct dv_pool {
-  unsigned* slots;          /* its slot indices */
+  unsigned* slots; /* its slot indices */
   unsigned n, created, in_use, share_next;
-  int free_head;            /* -1: none free */
+  int free_head; /* -1: none free */
   int priority;
-  dv_green* green;          /* where its streams run; NULL: the primary context */
+  dv_green* green;              /* where its streams run; NULL: the primary context */
   struct devrt_partition* part; /* the partition it belongs to; NULL: the runtime's pool */
 } dv_pool;
 
@@ -37,12 +38,13 @@ typedef struct dv_slot {
 } dv_slot;
 
 struct devrt_runtime {
-  _Alignas(64) _Atomic uint64_t magic; /* this line: what every launch, lookup and backend call reads */
+  _Alignas(
+      64) _Atomic uint64_t magic; /* this line: what every launch, lookup and backend call reads */
   const dv_backend* be;
   dv_dev* dev;
   uint64_t serial;
-  dv_slot* slots;      /* the pool's, the runtime's own (index npool), then the partitions'; DV_SID_SLOTS
-                          entries, those past nslots never leased */
+  dv_slot* slots; /* the pool's, the runtime's own (index npool), then the partitions'; DV_SID_SLOTS
+                     entries, those past nslots never leased */
   unsigned npool, nslots;
   struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
   struct dv_blocks* blocks;  /* the block table (src/block) */
@@ -53,8 +55,8 @@ struct devrt_runtime {
 
   pthread_mutex_t pool_mu;
   pthread_cond_t pool_cv;
-  dv_pool pool;        /* the runtime's stream pool */
-  int spare_head;      /* unassigned partition slots, under pool_mu */
+  dv_pool pool;   /* the runtime's stream pool */
+  int spare_head; /* unassigned partition slots, under pool_mu */
 
   struct dv_layouts* layouts; /* layouts, the active one, their counters (src/partition) */
 
@@ -64,7 +66,7 @@ struct devrt_runtime {
   pthread_mutex_t stack_mu;
   _Atomic(devrt_resource*) stack; /* the resource stack, built on first use or set by the user */
 
-  struct dv_queue* q;        /* the submission queue and its threads (src/sync) */
+  struct dv_queue* q; /* the submission queue and its threads (src/sync) */
   _Atomic uint64_t refused_launches, stale_refusals;
 };
 
@@ -81,21 +83,22 @@ devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* c
 static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_stream** out,
                                          const char* call) {
   dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
-  if (DV_UNLIKELY(atomic_load_explicit(&sl->id, memory_order_acquire) != id || !id)) return dv_stream_refused(rt, id, call);
+  if (DV_UNLIKELY(atomic_load_explicit(&sl->id, memory_order_acquire) != id || !id))
+    return dv_stream_refused(rt, id, call);
   *out = sl->s;
   return DEVRT_OK;
 }
 
-#define DV_RT_CHECK(rt, call)                                                              \
-  do {                                                                                     \
-    dv_error_clear(); /* a public call's entry: see error.h */                             \
-    if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                        \
+#define DV_RT_CHECK(rt, call)                                                                 \
+  do {                                                                                        \
+    dv_error_clear(); /* a public call's entry: see error.h */                                \
+    if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                           \
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: runtime %p is NULL or destroyed", call, \
-                     (void*)(rt));                                                         \
+                     (void*)(rt));                                                            \
   } while (0)
 
-#define DV_ARG_CHECK(cond, call, ...)                                                      \
-  do {                                                                                     \
+#define DV_ARG_CHECK(cond, call, ...)                                                            \
+  do {                                                                                           \
     if (DV_UNLIKELY(!(cond))) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": " __VA_ARGS__); \
   } while (0)
 
@@ -106,15 +109,17 @@ devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 /* A partition's pool: n spare slots, each with a stream on `green` created now. */
-devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority, struct devrt_partition* part,
-                            dv_pool* out);
+devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority,
+                            struct devrt_partition* part, dv_pool* out);
 /* Destroys its streams (each synchronized, then forgotten by the memory stack) and gives its
  * slots back; none may be held (the caller checked). */
 void dv_pool_destroy(devrt_runtime* rt, dv_pool* p);
-devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode, devrt_stream* out, const char* call);
+devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode,
+                             devrt_stream* out, const char* call);
 /* Layouts (src/partition): the pool stream 0 and devrt_stream_acquire take from; INVALID_STATE
  * from dv_layouts_check_none while layouts are alive. */
-devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out, const char* call);
+devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out,
+                                const char* call);
 devrt_status dv_layouts_init(devrt_runtime* rt);
 devrt_status dv_layouts_check_none(devrt_runtime* rt, const char* call);
 void dv_layouts_fini(devrt_runtime* rt);
@@ -129,7 +134,8 @@ devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Every layer of rt with per-slot state (the runtime's stack's and those of stacks the caller
  * built) forgets slot `slot`, whose stream was synchronized and is going away. */
 void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot);
-devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top);
+devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
+                            devrt_resource** top);
 
 /* How many process-wide runtimes were created (tests check the race on first use). */
 unsigned dv_runtime_creations(void);

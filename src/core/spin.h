@@ -35,6 +35,8 @@ static __attribute__((noinline, cold, unused)) void dv_spin_wait(dv_spin* l) {
 static inline void dv_spin_lock(dv_spin* l) {
   if (__builtin_expect(atomic_exchange_explicit(l, true, memory_order_acquire), 0)) dv_spin_wait(l);
 }
-static inline void dv_spin_unlock(dv_spin* l) { atomic_store_explicit(l, false, memory_order_release); }
+static inline void dv_spin_unlock(dv_spin* l) {
+  atomic_store_explicit(l, false, memory_order_release);
+}
 
 #endif

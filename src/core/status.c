@@ -7,9 +7,21 @@ static _Thread_local char last_error[1024];
 DV_TLS unsigned dv_error_state;
 
 static const char* const names[DEVRT_STATUS_COUNT_] = {
-    "OK",          "INVALID_ARGUMENT", "OVER_BUDGET",      "STALE_BLOCK", "INVALID_STATE",
-    "DEVICE_ALLOC_FAILED", "DEPENDENCY_FAILED", "UNSUPPORTED", "NO_DRIVER", "NO_DEVICE",
-    "TIMEOUT",     "ABORTED",          "CANCELLED",        "OUT_OF_RESOURCES", "BACKEND_ERROR",
+    "OK",
+    "INVALID_ARGUMENT",
+    "OVER_BUDGET",
+    "STALE_BLOCK",
+    "INVALID_STATE",
+    "DEVICE_ALLOC_FAILED",
+    "DEPENDENCY_FAILED",
+    "UNSUPPORTED",
+    "NO_DRIVER",
+    "NO_DEVICE",
+    "TIMEOUT",
+    "ABORTED",
+    "CANCELLED",
+    "OUT_OF_RESOURCES",
+    "BACKEND_ERROR",
     "DEVICE_LOST",
 };
 
@@ -25,7 +37,8 @@ void dv_error_reset(void) {
 }
 
 devrt_status dv_fail(devrt_status status, const char* fmt, ...) {
-  if (dv_error_state >= DV_ERROR_KEEP) return status; /* cleanup after a failure: the first stands */
+  if (dv_error_state >= DV_ERROR_KEEP)
+    return status; /* cleanup after a failure: the first stands */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);

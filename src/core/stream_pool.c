@@ -20,7 +20,8 @@ static void push_spare(devrt_runtime* rt, unsigned i) {
 }
 
 devrt_status dv_stream_pool_init(devrt_runtime* rt) {
-  _Static_assert(DEVRT_MAX_STREAMS + 1 <= DV_SID_SLOTS, "the pool, the runtime's slot and the partitions' fit the table");
+  _Static_assert(DEVRT_MAX_STREAMS + 1 <= DV_SID_SLOTS,
+                 "the pool, the runtime's slot and the partitions' fit the table");
   rt->npool = rt->cfg.stream_pool_size;
   rt->nslots = rt->npool + 1 + rt->cfg.partition_streams;
   rt->slots = calloc(DV_SID_SLOTS, sizeof *rt->slots); /* past nslots: untouched pages */
@@ -55,8 +56,8 @@ void dv_stream_pool_fini(devrt_runtime* rt) {
   pthread_mutex_destroy(&rt->pool_mu);
 }
 
-devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority, struct devrt_partition* part,
-                            dv_pool* out) {
+devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority,
+                            struct devrt_partition* part, dv_pool* out) {
   *out = (dv_pool){.n = 0, .free_head = -1, .priority = priority, .green = green, .part = part};
   out->slots = malloc(n * sizeof *out->slots);
   if (!out->slots) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "partition pool: out of host memory");
@@ -64,8 +65,10 @@ devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int 
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned k = 0; k < n && s == DEVRT_OK; k++) {
     if (rt->spare_head < 0) {
-      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "partition pool: the %u stream slots for partitions are all taken "
-                  "(DEVRT_PARTITION_STREAMS / devrt_config.partition_streams)", rt->cfg.partition_streams);
+      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                  "partition pool: the %u stream slots for partitions are all taken "
+                  "(DEVRT_PARTITION_STREAMS / devrt_config.partition_streams)",
+                  rt->cfg.partition_streams);
       break;
     }
     unsigned i = (unsigned)rt->spare_head;
@@ -103,9 +106,12 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call) {
   if (id == 0) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: stream 0 is not a stream", call);
   if (DV_SID_SERIAL(id) != rt->serial)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: stream %#" PRIx64 " belongs to another runtime (runtime serial %" PRIu64 ", this is %" PRIu64 ")",
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: stream %#" PRIx64 " belongs to another runtime (runtime serial %" PRIu64
+                   ", this is %" PRIu64 ")",
                    call, id, DV_SID_SERIAL(id), rt->serial);
-  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: stream %#" PRIx64 " is not held (released, or never acquired)", call, id);
+  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "%s: stream %#" PRIx64 " is not held (released, or never acquired)", call, id);
 }
 
 /* Leases free slot i of pool p (pool_mu held): creates its stream on first use. */
@@ -125,10 +131,12 @@ static devrt_status lease(devrt_runtime* rt, dv_pool* p, int i, devrt_stream* ou
   return DEVRT_OK;
 }
 
-devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode, devrt_stream* out, const char* call) {
+devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode,
+                             devrt_stream* out, const char* call) {
   devrt_status s = DEVRT_OK;
   pthread_mutex_lock(&rt->pool_mu);
-  while (p->free_head < 0 && mode == DEVRT_ACQUIRE_WAIT) pthread_cond_wait(&rt->pool_cv, &rt->pool_mu);
+  while (p->free_head < 0 && mode == DEVRT_ACQUIRE_WAIT)
+    pthread_cond_wait(&rt->pool_cv, &rt->pool_mu);
   if (p->free_head >= 0) {
     s = lease(rt, p, p->free_head, out);
   } else if (mode == DEVRT_ACQUIRE_SHARE) {
@@ -137,8 +145,8 @@ devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode m
     sl->holders++;
     *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
   } else {
-    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: all %u streams of the %s are held (mode FAIL)", call, p->n,
-                p->part ? "partition's pool" : "pool");
+    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: all %u streams of the %s are held (mode FAIL)",
+                call, p->n, p->part ? "partition's pool" : "pool");
   }
   pthread_mutex_unlock(&rt->pool_mu);
   return s;
@@ -147,7 +155,8 @@ devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode m
 devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out) {
   DV_RT_CHECK(rt, "devrt_stream_acquire");
   DV_ARG_CHECK(out, "devrt_stream_acquire", "out is NULL");
-  DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_stream_acquire", "unknown mode %d", (int)mode);
+  DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_stream_acquire", "unknown mode %d",
+               (int)mode);
   return dv_default_acquire(rt, mode, out, "devrt_stream_acquire");
 }
 
@@ -176,7 +185,8 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   pthread_mutex_lock(&rt->pool_mu);
   devrt_status s = dv_stream_get(rt, id, &unused, "devrt_stream_release");
   if (s == DEVRT_OK && DV_SID_SLOT(id) == rt->npool)
-    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_stream_release: stream %#" PRIx64 " is the runtime's own", id);
+    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                "devrt_stream_release: stream %#" PRIx64 " is the runtime's own", id);
   if (s == DEVRT_OK) {
     unsigned i = DV_SID_SLOT(id);
     dv_slot* sl = &rt->slots[i];
@@ -210,7 +220,8 @@ devrt_status devrt_stream_native(devrt_runtime* rt, devrt_stream id, void** out)
   return DEVRT_OK;
 }
 
-devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream id, devrt_host_fn fn, void* user) {
+devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream id, devrt_host_fn fn,
+                                    void* user) {
   DV_RT_CHECK(rt, "devrt_stream_host_func");
   DV_ARG_CHECK(fn, "devrt_stream_host_func", "fn is NULL");
   dv_stream* s = NULL;

@@ -30,7 +30,8 @@ static void* resolve(const char* sym) {
 }
 
 #define DV_CU_RESOLVE(name) ok &= (drv.name = (__typeof__(drv.name))resolve(#name)) != NULL;
-#define DV_CU_MISSING(name) if (!drv.name) missing = #name;
+#define DV_CU_MISSING(name) \
+  if (!drv.name) missing = #name;
 
 static void load(void) {
   const char* path = getenv("DEVRT_CUDA_LIBRARY");
@@ -38,7 +39,8 @@ static void load(void) {
   lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     drv_status = DEVRT_ERR_NO_DRIVER;
-    snprintf(drv_message, sizeof drv_message, "cuda driver: dlopen(\"%s\") failed: %s", path, dlerror());
+    snprintf(drv_message, sizeof drv_message, "cuda driver: dlopen(\"%s\") failed: %s", path,
+             dlerror());
     return;
   }
   get_proc_v2 = (get_proc_v2_fn)dlsym(lib, "cuGetProcAddress_v2");
@@ -55,13 +57,18 @@ static void load(void) {
     const char* missing = "?";
     DV_CU_CORE(DV_CU_MISSING)
     drv_status = DEVRT_ERR_NO_DRIVER;
-    snprintf(drv_message, sizeof drv_message, "cuda driver: %s lacks %s (driver too old)", path, missing);
+    snprintf(drv_message, sizeof drv_message, "cuda driver: %s lacks %s (driver too old)", path,
+             missing);
     return;
   }
-  ok = true; DV_CU_POOL(DV_CU_RESOLVE) drv.has_pools = ok;
-  ok = true; DV_CU_GREEN(DV_CU_RESOLVE) drv.has_green = ok;
-  ok = true; DV_CU_GREEN_STREAM(DV_CU_RESOLVE) drv.has_green_streams = ok && drv.has_green;
-  ok = true; DV_CU_GRAPH(DV_CU_RESOLVE) drv.has_graphs = ok;
+  ok = true;
+  DV_CU_POOL(DV_CU_RESOLVE) drv.has_pools = ok;
+  ok = true;
+  DV_CU_GREEN(DV_CU_RESOLVE) drv.has_green = ok;
+  ok = true;
+  DV_CU_GREEN_STREAM(DV_CU_RESOLVE) drv.has_green_streams = ok && drv.has_green;
+  ok = true;
+  DV_CU_GRAPH(DV_CU_RESOLVE) drv.has_graphs = ok;
   DV_CU_GREEN_QUERY(DV_CU_RESOLVE)
   drv.has_structured_split = resolve("cuDevSmResourceSplit") != NULL;
   drv.cuFuncGetParamInfo = (__typeof__(drv.cuFuncGetParamInfo))resolve("cuFuncGetParamInfo");
@@ -69,12 +76,14 @@ static void load(void) {
   if (r == CUDA_SUCCESS) r = drv.cuDriverGetVersion(&drv.version);
   if (r == CUDA_ERROR_NO_DEVICE) {
     drv_status = DEVRT_ERR_NO_DEVICE;
-    snprintf(drv_message, sizeof drv_message, "cuda driver: cuInit: CUDA_ERROR_NO_DEVICE (no CUDA device)");
+    snprintf(drv_message, sizeof drv_message,
+             "cuda driver: cuInit: CUDA_ERROR_NO_DEVICE (no CUDA device)");
   } else if (r != CUDA_SUCCESS) {
     drv_status = dv_cu_status(r);
     const char* name = NULL;
     drv.cuGetErrorName(r, &name);
-    snprintf(drv_message, sizeof drv_message, "cuda driver: cuInit: %s (%d)", name ? name : "?", (int)r);
+    snprintf(drv_message, sizeof drv_message, "cuda driver: cuInit: %s (%d)", name ? name : "?",
+             (int)r);
   }
 }
 
@@ -87,41 +96,53 @@ devrt_status dv_driver_get(const dv_driver** out) {
 
 devrt_status dv_cu_status(CUresult r) {
   switch (r) {
-    case CUDA_SUCCESS: return DEVRT_OK;
+    case CUDA_SUCCESS:
+      return DEVRT_OK;
     case CUDA_ERROR_INVALID_VALUE:
     case CUDA_ERROR_INVALID_HANDLE:
     case CUDA_ERROR_INVALID_IMAGE:
     case CUDA_ERROR_NOT_FOUND:
     case CUDA_ERROR_INVALID_RESOURCE_TYPE:
-    case CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: return DEVRT_ERR_INVALID_ARGUMENT;
-    case CUDA_ERROR_OUT_OF_MEMORY: return DEVRT_ERR_DEVICE_ALLOC_FAILED;
+    case CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION:
+      return DEVRT_ERR_INVALID_ARGUMENT;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return DEVRT_ERR_DEVICE_ALLOC_FAILED;
     case CUDA_ERROR_NO_DEVICE:
     case CUDA_ERROR_INVALID_DEVICE:
-    case CUDA_ERROR_DEVICE_UNAVAILABLE: return DEVRT_ERR_NO_DEVICE;
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+      return DEVRT_ERR_NO_DEVICE;
     case CUDA_ERROR_NOT_SUPPORTED:
     case CUDA_ERROR_NOT_PERMITTED:
     case CUDA_ERROR_NO_BINARY_FOR_GPU:
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: return DEVRT_ERR_UNSUPPORTED;
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+      return DEVRT_ERR_UNSUPPORTED;
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED:
     case CUDA_ERROR_STUB_LIBRARY:
-    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: return DEVRT_ERR_NO_DRIVER;
-    case CUDA_ERROR_TIMEOUT: return DEVRT_ERR_TIMEOUT;
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+      return DEVRT_ERR_NO_DRIVER;
+    case CUDA_ERROR_TIMEOUT:
+      return DEVRT_ERR_TIMEOUT;
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
-    case CUDA_ERROR_TOO_MANY_PEERS: return DEVRT_ERR_OUT_OF_RESOURCES;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: /* sticky: the context is unusable until the process restarts */
+    case CUDA_ERROR_TOO_MANY_PEERS:
+      return DEVRT_ERR_OUT_OF_RESOURCES;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: /* sticky: the context is unusable until the process restarts
+                                      */
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:
     case CUDA_ERROR_MISALIGNED_ADDRESS:
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ECC_UNCORRECTABLE: return DEVRT_ERR_DEVICE_LOST;
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+      return DEVRT_ERR_DEVICE_LOST;
     case CUDA_ERROR_NOT_READY:
     case CUDA_ERROR_CONTEXT_IS_DESTROYED:
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
-    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return DEVRT_ERR_INVALID_STATE;
-    default: return DEVRT_ERR_BACKEND_ERROR;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+      return DEVRT_ERR_INVALID_STATE;
+    default:
+      return DEVRT_ERR_BACKEND_ERROR;
   }
 }
 
@@ -137,5 +158,6 @@ devrt_status dv_cu_fail(CUresult r, const char* call, const char* fmt, ...) {
   va_end(ap);
   char code[32];
   snprintf(code, sizeof code, "CUresult %d", (int)r);
-  return dv_fail(dv_cu_status(r), "%s: %s (%s) %s", call, name ? name : code, text ? text : "", ctx);
+  return dv_fail(dv_cu_status(r), "%s: %s (%s) %s", call, name ? name : code, text ? text : "",
+                 ctx);
 }

@@ -9,34 +9,81 @@
 #include "devrt/status.h"
 
 /* Entry points every use of the cuda backend needs (CUDA 11.4+). */
-#define DV_CU_CORE(X)                                                                       \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount)  \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)              \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent)              \
-  X(cuCtxPopCurrent) X(cuCtxGetCurrent) X(cuCtxGetStreamPriorityRange)                      \
-  X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)   \
-  X(cuEventDestroy) X(cuEventRecord) X(cuStreamWaitEvent) X(cuEventQuery)                    \
-  X(cuEventSynchronize) X(cuLaunchHostFunc) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8Async)    \
-  X(cuMemcpyAsync) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
-  X(cuLaunchKernel) X(cuPointerGetAttribute)
+// clang-format off: one X a line
+#define DV_CU_CORE(X)            \
+  X(cuInit)                      \
+  X(cuDriverGetVersion)          \
+  X(cuGetErrorName)              \
+  X(cuGetErrorString)            \
+  X(cuDeviceGetCount)            \
+  X(cuDeviceGet)                 \
+  X(cuDeviceGetName)             \
+  X(cuDeviceGetAttribute)        \
+  X(cuDeviceTotalMem)            \
+  X(cuDevicePrimaryCtxRetain)    \
+  X(cuDevicePrimaryCtxRelease)   \
+  X(cuCtxPushCurrent)            \
+  X(cuCtxPopCurrent)             \
+  X(cuCtxGetCurrent)             \
+  X(cuCtxGetStreamPriorityRange) \
+  X(cuStreamCreateWithPriority)  \
+  X(cuStreamDestroy)             \
+  X(cuStreamSynchronize)         \
+  X(cuEventCreate)               \
+  X(cuEventDestroy)              \
+  X(cuEventRecord)               \
+  X(cuStreamWaitEvent)           \
+  X(cuEventQuery)                \
+  X(cuEventSynchronize)          \
+  X(cuLaunchHostFunc)            \
+  X(cuMemAlloc)                  \
+  X(cuMemFree)                   \
+  X(cuMemsetD8Async)             \
+  X(cuMemcpyAsync)               \
+  X(cuModuleLoadData)            \
+  X(cuModuleUnload)              \
+  X(cuModuleGetFunction)         \
+  X(cuLaunchKernel)              \
+  X(cuPointerGetAttribute)
+// clang-format on
 
 /* Stream-ordered memory pools (CUDA 11.2+). */
-#define DV_CU_POOL(X)                                                                       \
-  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolGetAttribute)   \
-  X(cuMemPoolTrimTo) X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync)
+// clang-format off: one X a line
+#define DV_CU_POOL(X)        \
+  X(cuMemPoolCreate)         \
+  X(cuMemPoolDestroy)        \
+  X(cuMemPoolSetAttribute)   \
+  X(cuMemPoolGetAttribute)   \
+  X(cuMemPoolTrimTo)         \
+  X(cuMemAllocFromPoolAsync) \
+  X(cuMemFreeAsync)
+// clang-format on
 
 /* Green contexts (CUDA 12.4+). */
-#define DV_CU_GREEN(X)                                                                      \
-  X(cuDeviceGetDevResource) X(cuDevSmResourceSplitByCount) X(cuDevResourceGenerateDesc)      \
-  X(cuGreenCtxCreate) X(cuGreenCtxDestroy) X(cuGreenCtxGetDevResource) X(cuCtxFromGreenCtx)
+// clang-format off: one X a line
+#define DV_CU_GREEN(X)           \
+  X(cuDeviceGetDevResource)      \
+  X(cuDevSmResourceSplitByCount) \
+  X(cuDevResourceGenerateDesc)   \
+  X(cuGreenCtxCreate)            \
+  X(cuGreenCtxDestroy)           \
+  X(cuGreenCtxGetDevResource)    \
+  X(cuCtxFromGreenCtx)
+// clang-format on
 
 /* Green-context streams (CUDA 12.5+). */
 #define DV_CU_GREEN_STREAM(X) X(cuGreenCtxStreamCreate)
 
 /* Stream capture and graphs (CUDA 11.4+; tests and benchmarks use them on partition streams). */
-#define DV_CU_GRAPH(X)                                                                      \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+// clang-format off: one X a line
+#define DV_CU_GRAPH(X)           \
+  X(cuStreamBeginCapture)        \
+  X(cuStreamEndCapture)          \
+  X(cuGraphInstantiateWithFlags) \
+  X(cuGraphLaunch)               \
+  X(cuGraphExecDestroy)          \
+  X(cuGraphDestroy)
+// clang-format on
 
 /* Green-context facts for tests and diagnostics (CUDA 12.4+). */
 #define DV_CU_GREEN_QUERY(X) X(cuStreamGetGreenCtx)
@@ -51,7 +98,7 @@ typedef struct dv_driver {
   DV_CU_GRAPH(DV_CU_FIELD)
   DV_CU_GREEN_QUERY(DV_CU_FIELD)
   __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
-  int version;            /* cuDriverGetVersion, e.g. 13000 */
+  int version;                                        /* cuDriverGetVersion, e.g. 13000 */
   bool has_pools, has_green, has_green_streams, has_graphs;
   bool has_structured_split; /* cuDevSmResourceSplit (CUDA 13.1) resolves */
 } dv_driver;

@@ -48,12 +48,15 @@ devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_modul
   return DEVRT_OK;
 }
 
-static bool module_ok(devrt_module* m) { return m && atomic_load_explicit(&m->magic, memory_order_relaxed) == MODULE_MAGIC; }
+static bool module_ok(devrt_module* m) {
+  return m && atomic_load_explicit(&m->magic, memory_order_relaxed) == MODULE_MAGIC;
+}
 
 devrt_status devrt_module_unload(devrt_runtime* rt, devrt_module* m) {
   DV_RT_CHECK(rt, "devrt_module_unload");
   DV_ARG_CHECK(module_ok(m), "devrt_module_unload", "module %p is NULL or unloaded", (void*)m);
-  DV_ARG_CHECK(m->rt == rt, "devrt_module_unload", "module %p belongs to another runtime", (void*)m);
+  DV_ARG_CHECK(m->rt == rt, "devrt_module_unload", "module %p belongs to another runtime",
+               (void*)m);
   atomic_store(&m->magic, 0);
   for (devrt_kernel *k = m->kernels, *nx; k; k = nx) {
     nx = k->next;
@@ -79,7 +82,8 @@ devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** 
     if ((k = malloc(sizeof *k + len)) != NULL) {
       atomic_init(&k->magic, KERNEL_MAGIC);
       k->rt = m->rt, k->module = m, k->k = dk, k->next = m->kernels;
-      if (m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams) != DEVRT_OK) k->nparams = NO_PARAMS;
+      if (m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams) != DEVRT_OK)
+        k->nparams = NO_PARAMS;
       memcpy(k->name, name, len);
       m->kernels = k;
     } else {
@@ -100,11 +104,12 @@ DV_COLD static devrt_status refuse(devrt_runtime* rt, devrt_status st) {
  * that passes on the host backend is not refused by the GPU for its shape. */
 static DV_NOINLINE DV_COLD devrt_status bad_shape(const devrt_launch_desc* d) {
   const unsigned *g = d->grid, *b = d->block;
-  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                 "devrt_launch: kernel %s: grid {%u, %u, %u} or block {%u, %u, %u} is outside CUDA's "
-                 "limits (grid x 1..2^31-1, y and z up to 65535; block x and y up to 1024, z up to "
-                 "64, at most 1024 threads; 0 in y or z means 1)",
-                 d->kernel->name, g[0], g[1], g[2], b[0], b[1], b[2]);
+  return dv_fail(
+      DEVRT_ERR_INVALID_ARGUMENT,
+      "devrt_launch: kernel %s: grid {%u, %u, %u} or block {%u, %u, %u} is outside CUDA's "
+      "limits (grid x 1..2^31-1, y and z up to 65535; block x and y up to 1024, z up to "
+      "64, at most 1024 threads; 0 in y or z means 1)",
+      d->kernel->name, g[0], g[1], g[2], b[0], b[1], b[2]);
 }
 
 static DV_INLINE bool shape_ok(const unsigned* g, const unsigned* b) {
@@ -115,11 +120,12 @@ static DV_INLINE bool shape_ok(const unsigned* g, const unsigned* b) {
 
 /* What can be checked of a launch before touching a block or a stream, but its uses' accesses. */
 static DV_INLINE devrt_status head_check(devrt_runtime* rt, const devrt_launch_desc* d) {
-  DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch", "give exactly one of kernel %p and enqueue", (void*)d->kernel);
+  DV_ARG_CHECK(!d->kernel != !d->enqueue, "devrt_launch",
+               "give exactly one of kernel %p and enqueue", (void*)d->kernel);
   if (d->kernel) {
     devrt_kernel* k = d->kernel;
-    DV_ARG_CHECK(atomic_load_explicit(&k->magic, memory_order_relaxed) == KERNEL_MAGIC, "devrt_launch",
-                 "kernel %p is not a kernel, or its module was unloaded", (void*)k);
+    DV_ARG_CHECK(atomic_load_explicit(&k->magic, memory_order_relaxed) == KERNEL_MAGIC,
+                 "devrt_launch", "kernel %p is not a kernel, or its module was unloaded", (void*)k);
     DV_ARG_CHECK(k->rt == rt, "devrt_launch", "kernel %s belongs to another runtime", k->name);
     if (DV_UNLIKELY(!shape_ok(d->grid, d->block))) return bad_shape(d);
   }
@@ -133,24 +139,33 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
   return dv_uses_check(d->uses, d->nuses, "devrt_launch");
 }
 
-DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s) {
+DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
+                               dv_stream* s) {
   if (d->enqueue) return d->enqueue(d->user, id, rt->be->stream_native(s));
   return rt->be->launch(s, d->kernel->k, d->grid, d->block, d->shared_bytes, d->args);
 }
 
 static size_t arg_slot(unsigned size) { return (size + 15u) & ~(size_t)15u; }
 
-const char* dv_launch_name(const devrt_launch_desc* d) { return d->kernel ? d->kernel->name : "foreign work (enqueue)"; }
+const char* dv_launch_name(const devrt_launch_desc* d) {
+  return d->kernel ? d->kernel->name : "foreign work (enqueue)";
+}
 
 devrt_status dv_launch_args_size(const devrt_launch_desc* d, unsigned* nargs, size_t* bytes) {
   *bytes = 0, *nargs = 0;
   if (!d->kernel) return DEVRT_OK;
   const devrt_kernel* k = d->kernel;
   if (k->nparams == NO_PARAMS)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "kernel %s: the driver cannot report its parameter sizes, so its arguments cannot be copied for a deferred launch", k->name);
-  if (k->nparams && !d->args) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s takes %u arguments; args is NULL", k->name, k->nparams);
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "kernel %s: the driver cannot report its parameter sizes, so its arguments "
+                   "cannot be copied for a deferred launch",
+                   k->name);
+  if (k->nparams && !d->args)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s takes %u arguments; args is NULL",
+                   k->name, k->nparams);
   for (unsigned i = 0; i < k->nparams; i++) {
-    if (!d->args[i]) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s: args[%u] is NULL", k->name, i);
+    if (!d->args[i])
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "kernel %s: args[%u] is NULL", k->name, i);
     *bytes += arg_slot(k->param_size[i]);
   }
   *nargs = k->nparams;
@@ -165,11 +180,12 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
   }
 }
 
-DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
-                                                dv_stream* s, dv_pev** out) {
+DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d,
+                                               devrt_stream id, dv_stream* s, dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id), nw = 0;
   dv_uses x;
-  x.u = d->uses, x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */
+  x.u = d->uses,
+  x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */
   devrt_status st;
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
@@ -198,20 +214,24 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (x.n || out)) { /* no blocks: nothing to mark */
     st = dv_pev_mark(rt, slot, &ev, &old, &c);
-    if (st == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK) dv_pev_unref(rt, ev), ev = NULL;
-    if (DV_UNLIKELY(st != DEVRT_OK)) rt->be->stream_sync(s); /* untracked work: let it finish before others use the blocks */
+    if (st == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK)
+      dv_pev_unref(rt, ev), ev = NULL;
+    if (DV_UNLIKELY(st != DEVRT_OK))
+      rt->be->stream_sync(s); /* untracked work: let it finish before others use the blocks */
   } else {
     dv_counts_flush(rt, slot, &c);
   }
-  uint32_t gain = dv_uses_finish(rt, &x, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
+  uint32_t gain =
+      dv_uses_finish(rt, &x, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
   if (!out && !how.g) dv_repeat_save(rt, slot, &x, ev, gain);
 done:;
   static DV_TLS unsigned launches; /* this thread's: no shared word for the count */
-  if (DV_UNLIKELY(++launches % REAP_EVERY == 0) && atomic_load_explicit(&rt->stack, memory_order_relaxed))
+  if (DV_UNLIKELY(++launches % REAP_EVERY == 0) &&
+      atomic_load_explicit(&rt->stack, memory_order_relaxed))
     if (devrt_reap_pending(rt, 0, NULL) != DEVRT_OK) /* opportunistic: a failure here */
-      dv_error_clear();                                 /* belongs to no launch */
+      dv_error_clear();                              /* belongs to no launch */
   return DEVRT_OK;
 }
 
@@ -227,7 +247,8 @@ DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) 
   }
   devrt_stream id = 0;
   if ((st = devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id)) != DEVRT_OK) return refuse(rt, st);
-  if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK) st = dv_launch_issue(rt, d, id, s, NULL);
+  if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK)
+    st = dv_launch_issue(rt, d, id, s, NULL);
   DV_KEEP_ERROR(devrt_stream_release(rt, id));
   return st;
 }

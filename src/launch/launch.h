@@ -12,10 +12,12 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d);
 devrt_status dv_launch_args_size(const devrt_launch_desc* d, unsigned* nargs, size_t* bytes);
 /* The kernel's name, for messages. */
 const char* dv_launch_name(const devrt_launch_desc* d);
-/* Copies d's arguments into `data` (dv_launch_args_size bytes, 16-aligned) and points ptrs at them. */
+/* Copies d's arguments into `data` (dv_launch_args_size bytes, 16-aligned) and points ptrs at them.
+ */
 void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char* data);
 /* A recorded launch on held stream `id` (s its backend stream). With ev non-NULL an event is
  * recorded even with no uses, and *ev gets a reference to it. */
-devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id, dv_stream* s, dv_pev** ev);
+devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
+                             dv_stream* s, dv_pev** ev);
 
 #endif

@@ -32,10 +32,11 @@ struct devrt_account {
    * live), and takes it back when a reap retires the free; the figures move bytes out of live and
    * back without touching it. */
   _Alignas(DV_LINE) _Atomic uint64_t held;
-  _Atomic uint64_t limit;     /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
-  _Atomic uintptr_t owner;    /* that budget */
-  _Atomic uint64_t reaped;    /* total retired by reaps */
-  uint64_t granularity;       /* the pool's real rounding (measured by the leaf; 256 before): a power of two */
+  _Atomic uint64_t limit;  /* the owning budget's limit (UINT64_MAX: no budget owns the account) */
+  _Atomic uintptr_t owner; /* that budget */
+  _Atomic uint64_t reaped; /* total retired by reaps */
+  uint64_t
+      granularity; /* the pool's real rounding (measured by the leaf; 256 before): a power of two */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
    * granularity. A caching layer sets it to its size classes. */
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
@@ -44,16 +45,22 @@ struct devrt_account {
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else
  * one of the shared ones. */
 extern DV_TLS unsigned dv_tshard; /* DV_SHARDS until one is assigned */
-extern _Atomic unsigned dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
+extern _Atomic unsigned
+    dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 /* The shards any thread has written below: a thread raises the span before it writes. */
-static inline unsigned dv_shard_end(void) { return atomic_load_explicit(&dv_shard_span, memory_order_acquire); }
+static inline unsigned dv_shard_end(void) {
+  return atomic_load_explicit(&dv_shard_span, memory_order_acquire);
+}
 unsigned dv_shard_assign(void);
-static inline unsigned dv_shard(void) { return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign(); }
+static inline unsigned dv_shard(void) {
+  return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign();
+}
 /* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store
  * on x86), so a reader that sees the sum also sees what this thread did before. */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
   if (DV_LIKELY(s < DV_OWNED))
-    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n, memory_order_release);
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
+                          memory_order_release);
   else
     atomic_fetch_add_explicit(x, n, memory_order_release);
 }
@@ -71,8 +78,12 @@ static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
 static inline void dv_account_add_at(dv_mem_account* a, unsigned s, int fig, uint64_t n) {
   dv_cell_add(&a->sh[s].f[fig], n, s);
 }
-static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) { dv_account_add_at(a, dv_shard(), fig, n); }
-static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) { dv_account_add(a, fig, 0 - n); }
+static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
+  dv_account_add_at(a, dv_shard(), fig, n);
+}
+static inline void dv_account_sub(dv_mem_account* a, int fig, uint64_t n) {
+  dv_account_add(a, fig, 0 - n);
+}
 /* A figure: the sum of its shards (0 if a racing move makes it read below zero). */
 uint64_t dv_account_sum(const dv_mem_account* a, int fig);
 /* Live bytes: held less the figures (0 if racing moves make it read below zero). */
@@ -84,14 +95,16 @@ static inline bool dv_account_admit(dv_mem_account* a, uint64_t n) {
   do {
     uint64_t lim = atomic_load_explicit(&a->limit, memory_order_relaxed);
     if (v + n > lim || v + n < v) return false;
-  } while (!atomic_compare_exchange_weak_explicit(&a->held, &v, v + n, memory_order_relaxed, memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&a->held, &v, v + n, memory_order_relaxed,
+                                                  memory_order_relaxed));
   return true;
 }
 static inline void dv_account_release(dv_mem_account* a, uint64_t n) {
   atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
 }
 /* The refusal a leaf returns when admission fails (a budget above turns it into its own). */
-devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n, const char* tag);
+devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n,
+                               const char* tag);
 
 /* Budgets (budget.c) for partitions' sub-budgets: whether r is one, its limit and live bytes,
  * and a new limit (at most the parent's). */
@@ -119,7 +132,10 @@ void dv_slot_user_remove(dv_slot_user* u);
  * layers that keep a record per allocation) accepted found in its record: the allocation's tag
  * and its allocating thread's shard. A statistics layer directly over one reads it after its
  * upstream's deallocate returns, instead of keeping a pointer map of its own. */
-typedef struct dv_freed { const char* tag; unsigned shard; } dv_freed;
+typedef struct dv_freed {
+  const char* tag;
+  unsigned shard;
+} dv_freed;
 extern DV_TLS dv_freed dv_last_freed;
 bool dv_async_is(const devrt_resource* r);
 bool dv_simple_is(const devrt_resource* r);
@@ -135,7 +151,8 @@ static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q
 }
 
 /* The vtables, allocate and deallocate of the layers devrt's stacks call directly (DV_CALL). */
-typedef devrt_status dv_allocate_fn(devrt_resource* self, size_t size, devrt_stream s, const char* tag, void** out);
+typedef devrt_status dv_allocate_fn(devrt_resource* self, size_t size, devrt_stream s,
+                                    const char* tag, void** out);
 typedef devrt_status dv_deallocate_fn(devrt_resource* self, void* p, size_t size, devrt_stream s);
 extern const devrt_resource_vtable dv_budget_vtable, dv_stats_vtable, dv_async_vtable;
 dv_allocate_fn dv_budget_allocate, dv_stats_allocate, dv_async_allocate;
@@ -147,14 +164,16 @@ dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_async_deallocate;
  * is direct, so that under LTO a stack's path inlines into one function (its entry's, flattened):
  * no call or frame per layer, and fewer lines between the driver's calls. Any other resource is
  * called through its vtable. */
-#define DV_CALL(r, L, op, ...) \
-  (DV_LIKELY((r)->vtable == &dv_##L##_vtable) ? dv_##L##_##op((r), __VA_ARGS__) : (r)->vtable->op((r), __VA_ARGS__))
+#define DV_CALL(r, L, op, ...)                                                  \
+  (DV_LIKELY((r)->vtable == &dv_##L##_vtable) ? dv_##L##_##op((r), __VA_ARGS__) \
+                                              : (r)->vtable->op((r), __VA_ARGS__))
 
-#define DV_RES_CHECK(r, call)                                                                      \
-  do {                                                                                             \
-    dv_error_clear(); /* a public call's entry: see error.h */                                     \
+#define DV_RES_CHECK(r, call)                                                                    \
+  do {                                                                                           \
+    dv_error_clear(); /* a public call's entry: see error.h */                                   \
     if (DV_UNLIKELY(!(r) || !(r)->vtable || __atomic_load_n(&(r)->refs, __ATOMIC_RELAXED) <= 0)) \
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call, (void*)(r)); \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call,    \
+                     (void*)(r));                                                                \
   } while (0)
 
 #endif

@@ -13,29 +13,43 @@
  * allocation is two plain stores and a free is one compare-and-swap; no lock, no probing. Two
  * levels: a top of 2^18 leaf pointers, and leaves of 2^22 entries (1 GiB of device addresses),
  * made on first use. Both are reserved host address space whose pages are committed as they are
- * touched: 4 KiB of host memory per 64 KiB of device addresses that hold an allocation start. ---- */
+ * touched: 4 KiB of host memory per 64 KiB of device addresses that hold an allocation start. ----
+ */
 
-enum { UNIT_BITS = 8, ADDR_BITS = 48, LEAF_BITS = 22, TOP_BITS = ADDR_BITS - UNIT_BITS - LEAF_BITS, SIZE_BITS = 56 };
+enum {
+  UNIT_BITS = 8,
+  ADDR_BITS = 48,
+  LEAF_BITS = 22,
+  TOP_BITS = ADDR_BITS - UNIT_BITS - LEAF_BITS,
+  SIZE_BITS = 56
+};
 _Static_assert(sizeof(uintptr_t) == 8, "the live table indexes 64-bit addresses");
-_Static_assert(DV_SHARDS <= 256, "an entry keeps the allocating thread's shard in its word's low byte");
+_Static_assert(DV_SHARDS <= 256,
+               "an entry keeps the allocating thread's shard in its word's low byte");
 
 typedef struct entry {
-  _Atomic uint64_t word;    /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
+  _Atomic uint64_t
+      word; /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
   _Atomic(const char*) tag; /* stored before word (a release) */
 } entry;
 
-struct dv_live_table { _Atomic(entry*) top[1u << TOP_BITS]; };
+struct dv_live_table {
+  _Atomic(entry*) top[1u << TOP_BITS];
+};
 
 static const size_t LEAF_SIZE = sizeof(entry) << LEAF_BITS;
 
 static void* reserve(size_t n) {
-  void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p =
+      mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
 devrt_status dv_live_create(const char* who, dv_live_table** out) {
   dv_live_table* t = reserve(sizeof *t);
-  if (!t) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "%s: out of host address space for the live table", who);
+  if (!t)
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "%s: out of host address space for the live table", who);
   *out = t;
   return DEVRT_OK;
 }
@@ -49,10 +63,12 @@ void dv_live_destroy(dv_live_table* t) {
   munmap(t, sizeof *t);
 }
 
-/* Publishes a leaf in *top, or returns the one another thread published first (rare: out of line). */
+/* Publishes a leaf in *top, or returns the one another thread published first (rare: out of line).
+ */
 static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
   entry *leaf = reserve(LEAF_SIZE), *seen = NULL;
-  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_acq_rel, memory_order_acquire)) {
+  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_acq_rel,
+                                                       memory_order_acquire)) {
     munmap(leaf, LEAF_SIZE);
     leaf = seen;
   }
@@ -63,7 +79,8 @@ static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
  * or its leaf does not exist and `make` is false (nothing was ever recorded near p) or fails. */
 static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
   uintptr_t a = (uintptr_t)p;
-  if (DV_UNLIKELY(a & (~(uintptr_t)0 << ADDR_BITS | ((1u << UNIT_BITS) - 1)))) return NULL; /* one test for both */
+  if (DV_UNLIKELY(a & (~(uintptr_t)0 << ADDR_BITS | ((1u << UNIT_BITS) - 1))))
+    return NULL; /* one test for both */
   _Atomic(entry*)* top = &t->top[a >> (UNIT_BITS + LEAF_BITS)];
   entry* leaf = atomic_load_explicit(top, memory_order_acquire);
   if (DV_UNLIKELY(!leaf) && (!make || !(leaf = leaf_make(top)))) return NULL;
@@ -75,39 +92,49 @@ static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
   atomic_store_explicit(&e->word, (uint64_t)size << 8 | v->shard, memory_order_release);
 }
 
-DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded) {
+DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size,
+                                     const char* tag, uint64_t* rounded) {
   *rounded = dv_round(a, size);
   return dv_account_admit(a, *rounded) ? DEVRT_OK : dv_account_refuse(a, who, size, *rounded, tag);
 }
 
 static DV_NOINLINE devrt_status track_refused(const char* who, void* p, size_t size) {
   return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
-                 "%s: cannot record %p (%zu bytes): not 256-byte aligned, past 48 address bits, over 2^56 bytes, or "
-                 "no host address space for the live table", who, p, size);
+                 "%s: cannot record %p (%zu bytes): not 256-byte aligned, past 48 address bits, "
+                 "over 2^56 bytes, or "
+                 "no host address space for the live table",
+                 who, p, size);
 }
 
-DV_INLINE devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size, const char* tag) {
+DV_INLINE devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size,
+                                     const char* tag) {
   entry* e = entry_of(t, p, true);
   if (DV_UNLIKELY(!e || (uint64_t)size >> SIZE_BITS)) return track_refused(who, p, size);
   entry_set(e, size, &(dv_live_entry){tag, dv_shard()});
   return DEVRT_OK;
 }
 
-static DV_NOINLINE devrt_status take_refused(const char* who, void* p, size_t size, uint64_t recorded) {
+static DV_NOINLINE devrt_status take_refused(const char* who, void* p, size_t size,
+                                             uint64_t recorded) {
   if (!recorded)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                   "%s deallocate: %p is not a live allocation of this resource (foreign pointer or double free)", who, p);
-  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s deallocate: size %zu does not match the %llu bytes %p was allocated with",
-                 who, size, (unsigned long long)recorded, p);
+                   "%s deallocate: %p is not a live allocation of this resource (foreign pointer "
+                   "or double free)",
+                   who, p);
+  return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "%s deallocate: size %zu does not match the %llu bytes %p was allocated with", who,
+                 size, (unsigned long long)recorded, p);
 }
 
 /* A concurrent free of the same pointer sees the entry gone once the compare-and-swap took it. */
-DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out) {
+DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size,
+                                    dv_live_entry* out) {
   entry* e = entry_of(t, p, false);
   uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
   while (w && w >> 8 == size) {
     out->tag = atomic_load_explicit(&e->tag, memory_order_relaxed);
-    if (atomic_compare_exchange_weak_explicit(&e->word, &w, 0, memory_order_acquire, memory_order_acquire)) {
+    if (atomic_compare_exchange_weak_explicit(&e->word, &w, 0, memory_order_acquire,
+                                              memory_order_acquire)) {
       out->shard = (unsigned)(w & 0xff);
       return DEVRT_OK;
     }
@@ -134,9 +161,9 @@ typedef struct batch {
  * table says which it is, for a reap that finds frees there. */
 typedef struct aslot {
   _Alignas(DV_LINE) pthread_mutex_t mu;
-  uint64_t covered;          /* freed bytes batched so far (under mu) */
-  _Atomic uint64_t retired;  /* freed bytes retired so far (written under mu): equal to the
-                                column's sum when nothing on the slot is pending */
+  uint64_t covered;         /* freed bytes batched so far (under mu) */
+  _Atomic uint64_t retired; /* freed bytes retired so far (written under mu): equal to the
+                               column's sum when nothing on the slot is pending */
   batch* q;
   unsigned head, n, cap;
 } aslot;
@@ -145,9 +172,9 @@ typedef struct async_res {
   devrt_resource base;
   dv_live_table* live;
   aslot* slots;
-  unsigned nslots, stride;   /* stride: a row of `freed`, whole cache lines */
-  _Atomic uint64_t* freed;   /* [DV_SHARDS][stride]: bytes freed per thread shard and slot, ever */
-  pthread_mutex_t ev_mu; /* the free list of events (never destroyed before destroy) */
+  unsigned nslots, stride; /* stride: a row of `freed`, whole cache lines */
+  _Atomic uint64_t* freed; /* [DV_SHARDS][stride]: bytes freed per thread shard and slot, ever */
+  pthread_mutex_t ev_mu;   /* the free list of events (never destroyed before destroy) */
   dv_event** evs;
   unsigned nev, evcap;
   dv_slot_user user; /* on the list of layers told when a slot's stream goes away */
@@ -201,7 +228,9 @@ static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
   if (sl->n == sl->cap) {
     unsigned cap = sl->cap ? sl->cap * 2 : 8;
     batch* q = malloc(cap * sizeof *q);
-    if (!q) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "async reap: out of host memory for %u batches", cap);
+    if (!q)
+      return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "async reap: out of host memory for %u batches",
+                     cap);
     for (unsigned i = 0; i < sl->n; i++) q[i] = sl->q[(sl->head + i) % sl->cap];
     free(sl->q);
     sl->q = q;
@@ -229,7 +258,8 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     bool done = false;
     DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
-    atomic_store_explicit(&sl->retired, atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
+    atomic_store_explicit(&sl->retired,
+                          atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
                           memory_order_relaxed);
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
@@ -252,9 +282,11 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   for (unsigned i = 0; i < a->nslots; i++) {
     aslot* sl = &a->slots[i];
     uint64_t upto = freed_sum(a, i);
-    if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed)) continue; /* nothing pending here */
+    if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed))
+      continue; /* nothing pending here */
     pthread_mutex_lock(&sl->mu);
-    /* upto may be below covered: another reap or dv_async_forget_slot went further since it was read */
+    /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
+     * read */
     devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
     dv_stream* s = sl->n ? a->base.rt->slots[i].s : NULL;
     if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
@@ -272,8 +304,8 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   return first;
 }
 
-DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
-                                      void** out) {
+DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                      const char* tag, void** out) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -292,7 +324,8 @@ DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_s
   return DEVRT_OK;
 }
 
-DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size,
+                                        devrt_stream stream) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -308,7 +341,8 @@ DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t si
   dv_last_freed = (dv_freed){e.tag, e.shard};
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
-  dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded, k); /* a release: after the pool_free */
+  dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded,
+              k); /* a release: after the pool_free */
   return DEVRT_OK;
 }
 
@@ -326,7 +360,8 @@ static void async_free(async_res* a) {
   devrt_runtime* rt = a->base.rt;
   for (unsigned i = 0; a->slots && i < a->nslots; i++) {
     aslot* sl = &a->slots[i];
-    for (unsigned k = 0; k < sl->n; k++) rt->be->event_destroy(rt->dev, sl->q[(sl->head + k) % sl->cap].ev);
+    for (unsigned k = 0; k < sl->n; k++)
+      rt->be->event_destroy(rt->dev, sl->q[(sl->head + k) % sl->cap].ev);
     free(sl->q);
     pthread_mutex_destroy(&sl->mu);
   }
@@ -363,12 +398,14 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   devrt_pool_stats before = {0}, after = {0};
   devrt_status st = dv_stream_get(rt, sid, &s, "async create");
   if (st == DEVRT_OK) st = rt->be->pool_stats(rt->dev, &before);
-  while (st == DEVRT_OK && got < N && (st = rt->be->pool_alloc(rt->dev, 1, s, &p[got])) == DEVRT_OK) got++;
+  while (st == DEVRT_OK && got < N && (st = rt->be->pool_alloc(rt->dev, 1, s, &p[got])) == DEVRT_OK)
+    got++;
   if (st == DEVRT_OK) st = rt->be->pool_stats(rt->dev, &after);
   uint64_t g = 0, used = (after.used_current - before.used_current) / N;
   for (unsigned i = 0; i < got; i++)
     for (unsigned j = i + 1; j < got; j++) {
-      uint64_t d = (uintptr_t)p[i] > (uintptr_t)p[j] ? (uintptr_t)p[i] - (uintptr_t)p[j] : (uintptr_t)p[j] - (uintptr_t)p[i];
+      uint64_t d = (uintptr_t)p[i] > (uintptr_t)p[j] ? (uintptr_t)p[i] - (uintptr_t)p[j]
+                                                     : (uintptr_t)p[j] - (uintptr_t)p[i];
       while (d) { /* g = gcd(g, d) */
         uint64_t r = g % d;
         g = d;
@@ -380,11 +417,16 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
     if (st == DEVRT_OK) st = fs;
   }
   devrt_status ss = DEVRT_OK;
-  if (st == DEVRT_OK) ss = devrt_stream_synchronize(rt, sid);
-  else DV_KEEP_ERROR(devrt_stream_synchronize(rt, sid)); /* the first error stands */
+  if (st == DEVRT_OK)
+    ss = devrt_stream_synchronize(rt, sid);
+  else
+    DV_KEEP_ERROR(devrt_stream_synchronize(rt, sid)); /* the first error stands */
   if (st == DEVRT_OK) st = ss;
   if (st != DEVRT_OK) return st;
-  if (!g) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "async create: cannot measure the pool's granularity (%u blocks at one address)", got);
+  if (!g)
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR,
+                   "async create: cannot measure the pool's granularity (%u blocks at one address)",
+                   got);
   g &= ~g + 1; /* its power-of-two part, at least 256 */
   if (g < 256) g = 256;
   *out = used >= 256 && used < g && !(used & (used - 1)) ? used : g;
@@ -411,7 +453,8 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   _Atomic uint64_t* freed = dv_zalloc_lines((size_t)DV_SHARDS * stride * sizeof *freed);
   if (!a || !acc || !slots || !freed) {
     free(a), free(acc), free(slots), free(freed);
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_async_resource_create: out of host memory (%u slots)", rt->nslots);
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "devrt_async_resource_create: out of host memory (%u slots)", rt->nslots);
   }
   a->slots = slots;
   a->nslots = rt->nslots;
@@ -439,8 +482,10 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   aslot* sl = &a->slots[slot];
   dv_mem_account* acc = r->account;
   pthread_mutex_lock(&sl->mu);
-  for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--) event_give(a, sl->q[sl->head].ev); /* all complete */
-  uint64_t upto = freed_sum(a, slot), n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
+  for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--)
+    event_give(a, sl->q[sl->head].ev); /* all complete */
+  uint64_t upto = freed_sum(a, slot),
+           n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
   sl->covered = upto;
   atomic_store(&sl->retired, upto);
   pthread_mutex_unlock(&sl->mu);

@@ -9,12 +9,13 @@
 
 typedef struct budget {
   devrt_resource r;
-  bool owns;              /* the stack's account carries this limit: its leaves admit new memory
-                             (next to the head: an owner's hot path reads one line) */
+  bool owns; /* the stack's account carries this limit: its leaves admit new memory
+                (next to the head: an owner's hot path reads one line) */
   bool wait_for_pending;
   _Atomic uint64_t limit; /* devrt_partition_set_budget may change it */
-  _Atomic uint64_t live;  /* non-owners: bytes admitted here and not freed (rounded as the stack charges) */
-  struct budget* parent;  /* sub-budgets: the budget they nest under (their upstream) */
+  _Atomic uint64_t
+      live; /* non-owners: bytes admitted here and not freed (rounded as the stack charges) */
+  struct budget* parent; /* sub-budgets: the budget they nest under (their upstream) */
   devrt_fallback_fn fallback;
   void* fallback_user;
   _Atomic uint64_t fallbacks;
@@ -38,19 +39,23 @@ static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
   do {
     if (v + n > atomic_load_explicit(&b->limit, memory_order_relaxed) || v + n < v) return false;
-  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_seq_cst, memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_seq_cst,
+                                                  memory_order_relaxed));
   return true;
 }
 
-static uint64_t live_of(budget* b) { return b->owns ? dv_account_live(b->r.account) : load(&b->live); }
+static uint64_t live_of(budget* b) {
+  return b->owns ? dv_account_live(b->r.account) : load(&b->live);
+}
 
 static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
   dv_mem_account* a = b->r.account;
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
-                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
-                 ", cached %" PRIu64 ", limit %" PRIu64,
+                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64
+                 ", pending %" PRIu64 ", cached %" PRIu64 ", limit %" PRIu64,
                  b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", live_of(b),
-                 a ? dv_account_sum(a, DV_PENDING) : 0, a ? dv_account_sum(a, DV_CACHED) : 0, load(&b->limit));
+                 a ? dv_account_sum(a, DV_PENDING) : 0, a ? dv_account_sum(a, DV_CACHED) : 0,
+                 load(&b->limit));
 }
 
 /* The pressure ladder: step 0 a non-blocking reap, 1 a trim and reap, 2 (if configured) a
@@ -69,14 +74,16 @@ static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
 
 static uint64_t charge(budget* b, size_t size) {
   dv_mem_account* a = b->r.account;
-  return !a ? ((uint64_t)size + 255) & ~(uint64_t)255 : a->charge ? a->charge(a, size) : dv_round(a, size);
+  return !a          ? ((uint64_t)size + 255) & ~(uint64_t)255
+         : a->charge ? a->charge(a, size)
+                     : dv_round(a, size);
 }
 
 #define NOT_TRIED ((devrt_status)-1) /* an owner's first upstream call, not made yet */
 
 /* One pass up the pressure ladder; `first`: the owner's first upstream call, already made. */
-static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag, void** out,
-                                 devrt_status first) {
+static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag,
+                                 void** out, devrt_status first) {
   uint64_t n = b->owns ? 0 : charge(b, size); /* an owner's leaves charge what they take */
   for (int step = 0;; step++, first = NOT_TRIED) {
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
@@ -87,15 +94,17 @@ static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, co
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
     devrt_status rs = DEVRT_OK;
-    if (!relieve(b, step, &rs)) return refused_here || b->owns ? over(b, size, charge(b, size), tag) : s; /* else upstream's */
+    if (!relieve(b, step, &rs))
+      return refused_here || b->owns ? over(b, size, charge(b, size), tag)
+                                     : s; /* else upstream's */
     if (rs != DEVRT_OK) return rs;
   }
 }
 
 /* Everything past an owner's first upstream call: a non-owner's reservation, the pressure ladder,
  * the caller's fallback (out of line: the usual allocation never comes here). */
-static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stream stream, const char* tag, void** out,
-                                              devrt_status first) {
+static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stream stream,
+                                              const char* tag, void** out, devrt_status first) {
   for (int attempt = 0;; attempt++, first = NOT_TRIED) {
     devrt_status s = try_allocate(b, size, stream, tag, out, first);
     if (s == DEVRT_OK) return DEVRT_OK;
@@ -106,15 +115,17 @@ static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stre
   }
 }
 
-DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream, const char* tag,
-                                       void** out) {
+DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream,
+                                       const char* tag, void** out) {
   budget* b = (budget*)r;
   devrt_status first = NOT_TRIED;
-  if (DV_LIKELY(b->owns) && DV_LIKELY((first = UP_ALLOCATE(r, size, stream, tag, out)) == DEVRT_OK)) return DEVRT_OK;
+  if (DV_LIKELY(b->owns) && DV_LIKELY((first = UP_ALLOCATE(r, size, stream, tag, out)) == DEVRT_OK))
+    return DEVRT_OK;
   return allocate_slow(b, size, stream, tag, out, first);
 }
 
-DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size,
+                                         devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
   if (DV_UNLIKELY(!b->owns)) atomic_fetch_sub(&b->live, charge(b, size));
@@ -140,15 +151,17 @@ static void budget_destroy(devrt_resource* r) {
   free(r);
 }
 
-const devrt_resource_vtable dv_budget_vtable = {
-    .allocate = dv_budget_allocate, .deallocate = dv_budget_deallocate, .query = budget_query,
-    .destroy = budget_destroy};
+const devrt_resource_vtable dv_budget_vtable = {.allocate = dv_budget_allocate,
+                                                .deallocate = dv_budget_deallocate,
+                                                .query = budget_query,
+                                                .destroy = budget_destroy};
 
-static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* parent, const devrt_budget_options* o,
-                           devrt_resource** out) {
+static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* parent,
+                           const devrt_budget_options* o, devrt_resource** out) {
   budget* b = dv_zalloc_lines(sizeof *b); /* read by every thread: no neighbour on its lines */
   if (!b) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_budget_create: out of host memory");
-  devrt_status s = devrt_resource_init(&b->r, &dv_budget_vtable, parent ? "sub-budget" : "budget", upstream->rt, upstream);
+  devrt_status s = devrt_resource_init(&b->r, &dv_budget_vtable, parent ? "sub-budget" : "budget",
+                                       upstream->rt, upstream);
   if (s != DEVRT_OK) {
     free(b);
     return s;
@@ -156,7 +169,8 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
   atomic_init(&b->limit, limit);
   b->parent = parent;
   uintptr_t none = 0;
-  if (!parent && b->r.account && atomic_compare_exchange_strong(&b->r.account->owner, &none, (uintptr_t)b)) {
+  if (!parent && b->r.account &&
+      atomic_compare_exchange_strong(&b->r.account->owner, &none, (uintptr_t)b)) {
     b->owns = true;
     atomic_store(&b->r.account->limit, limit);
   }
@@ -169,20 +183,25 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
   return DEVRT_OK;
 }
 
-devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts, devrt_resource** out) {
+devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts,
+                                 devrt_resource** out) {
   DV_RES_CHECK(upstream, "devrt_budget_create");
-  DV_ARG_CHECK(opts && out, "devrt_budget_create", "opts %p or out %p is NULL", (const void*)opts, (void*)out);
+  DV_ARG_CHECK(opts && out, "devrt_budget_create", "opts %p or out %p is NULL", (const void*)opts,
+               (void*)out);
   DV_ARG_CHECK(opts->limit_bytes, "devrt_budget_create", "limit_bytes is 0");
   return create(upstream, opts->limit_bytes, NULL, opts, out);
 }
 
-devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes, devrt_resource** out) {
+devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_bytes,
+                                       devrt_resource** out) {
   DV_RES_CHECK(parent, "devrt_budget_create_child");
   DV_ARG_CHECK(out, "devrt_budget_create_child", "out is NULL");
-  DV_ARG_CHECK(parent->vtable == &dv_budget_vtable, "devrt_budget_create_child", "parent %s is not a budget", parent->name);
+  DV_ARG_CHECK(parent->vtable == &dv_budget_vtable, "devrt_budget_create_child",
+               "parent %s is not a budget", parent->name);
   budget* p = (budget*)parent;
   DV_ARG_CHECK(limit_bytes && limit_bytes <= load(&p->limit), "devrt_budget_create_child",
-               "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes, load(&p->limit));
+               "limit %" PRIu64 " not in [1, parent's limit %" PRIu64 "]", limit_bytes,
+               load(&p->limit));
   return create(parent, limit_bytes, p, NULL, out);
 }
 
@@ -196,7 +215,9 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
   budget* b = (budget*)r;
   uint64_t cap = b->parent ? load(&b->parent->limit) : UINT64_MAX;
   if (!limit || limit > cap)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call, limit, cap);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call,
+                   limit, cap);
   atomic_store(&b->limit, limit);
   if (b->owns) atomic_store(&r->account->limit, limit);
   return DEVRT_OK;

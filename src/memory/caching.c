@@ -1,6 +1,7 @@
 /* caching.c: per-stream, size-classed free lists in front of an upstream resource. A freed block
  * is reused at once on its own stream; another stream takes it only after the free's point has
- * completed (tracked lazily by per-slot epochs closed with events) or, if allowed, by waiting on it. */
+ * completed (tracked lazily by per-slot epochs closed with events) or, if allowed, by waiting on
+ * it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,10 @@
 #define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
-enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards: 16 threads rarely meet */
+enum {
+  SHARD_BITS = 10,
+  NSHARD = 1 << SHARD_BITS
+}; /* record-table shards: 16 threads rarely meet */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
@@ -24,22 +28,28 @@ typedef struct blk {
   unsigned shard;                  /* (both written before `state` turns LIVE, with release) */
   _Atomic size_t req;              /* the size the caller asked for */
   _Atomic unsigned char state;
-  unsigned char cidx;              /* class index, BIG: passed straight through */
+  unsigned char cidx; /* class index, BIG: passed straight through */
 } blk;
 
-typedef struct fence { dv_event* ev; uint64_t epoch; struct fence* next; } fence;
-typedef struct lists { blk *head[NCLS], *tail[NCLS]; } lists;
+typedef struct fence {
+  dv_event* ev;
+  uint64_t epoch;
+  struct fence* next;
+} fence;
+typedef struct lists {
+  blk *head[NCLS], *tail[NCLS];
+} lists;
 
 /* Per stream slot; every field but the counters is guarded by mu. mu is a spin lock, but a
  * cross-stream move (can_move), a trim and a slot's teardown still query, record and wait on the
  * slot's fences under it: those paths are off the own-stream hot path and wait to move out. */
 typedef struct slot {
   _Alignas(DV_LINE) dv_spin mu;
-  lists* l;                       /* allocated on the first free on this slot */
-  _Atomic uint64_t nonempty[2];   /* class bitmap; written under mu, read without it */
-  dv_stream* bs;                  /* the slot's backend stream (set on the first free) */
-  uint64_t open, done;            /* open epoch; every epoch <= done has completed */
-  fence *fq, *fq_tail, *ffree;    /* recorded fences oldest first; spare fences (with events) */
+  lists* l;                     /* allocated on the first free on this slot */
+  _Atomic uint64_t nonempty[2]; /* class bitmap; written under mu, read without it */
+  dv_stream* bs;                /* the slot's backend stream (set on the first free) */
+  uint64_t open, done;          /* open epoch; every epoch <= done has completed */
+  fence *fq, *fq_tail, *ffree;  /* recorded fences oldest first; spare fences (with events) */
   _Atomic uint64_t hits, misses, waits;
 } slot;
 
@@ -67,8 +77,10 @@ static inline unsigned class_of(size_t n, uint64_t* cls) {
     *cls = (uint64_t)1 << MIN_SHIFT;
     return 0;
   }
-  unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
-  uint64_t q = (n - ((uint64_t)1 << k) + ((uint64_t)1 << (k - 2)) - 1) >> (k - 2); /* quarter steps */
+  unsigned k =
+      63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
+  uint64_t q =
+      (n - ((uint64_t)1 << k) + ((uint64_t)1 << (k - 2)) - 1) >> (k - 2); /* quarter steps */
   *cls = ((uint64_t)1 << k) + (q << (k - 2));
   return (k - MIN_SHIFT) * STEPS + (unsigned)q;
 }
@@ -83,14 +95,18 @@ static uint64_t class_charge(const dv_mem_account* a, size_t size) {
 /* Over a user's resource with no account, this layer is the bottom of the accounted stack: it
  * admits what it takes from upstream (live from then on), and releases it when the block goes
  * back upstream or the allocation failed. */
-static bool own_admit(cache* c, uint64_t n) { return c->base.account != &c->own || dv_account_admit(&c->own, n); }
+static bool own_admit(cache* c, uint64_t n) {
+  return c->base.account != &c->own || dv_account_admit(&c->own, n);
+}
 static void own_release(cache* c, uint64_t n) {
   if (c->base.account == &c->own) dv_account_release(&c->own, n);
 }
 
 /* ---- pointer -> record hash ---- */
 
-static inline uint64_t hash_of(const void* p) { return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull; }
+static inline uint64_t hash_of(const void* p) {
+  return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
+}
 static inline shard* shard_of(cache* c, uint64_t h) { return &c->sh[h >> (64 - SHARD_BITS)]; }
 static inline blk** bucket(shard* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
 
@@ -109,7 +125,8 @@ static devrt_status hash_insert(cache* c, blk* b) {
     blk** nt = dv_zalloc_lines(nb * sizeof *nt);
     if (!nt) {
       dv_spin_unlock(&s->mu);
-      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for the block table");
+      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                     "caching allocate: out of host memory for the block table");
     }
     blk** ot = s->b;
     size_t onb = s->nb;
@@ -152,22 +169,28 @@ static inline bool bit_get(slot* t, unsigned ci) {
 static inline void push_head(slot* t, blk* b) {
   blk** head = &t->l->head[b->cidx];
   b->epoch = t->open, b->prev = NULL, b->next = *head;
-  if (*head) (*head)->prev = b;
-  else t->l->tail[b->cidx] = b, bit_set(t, b->cidx, true);
+  if (*head)
+    (*head)->prev = b;
+  else
+    t->l->tail[b->cidx] = b, bit_set(t, b->cidx, true);
   *head = b;
 }
 
 static inline blk* pop_head(slot* t, unsigned ci) {
   blk* b = t->l->head[ci];
-  if ((t->l->head[ci] = b->next)) b->next->prev = NULL;
-  else t->l->tail[ci] = NULL, bit_set(t, ci, false);
+  if ((t->l->head[ci] = b->next))
+    b->next->prev = NULL;
+  else
+    t->l->tail[ci] = NULL, bit_set(t, ci, false);
   return b;
 }
 
 static inline blk* pop_tail(slot* t, unsigned ci) {
   blk* b = t->l->tail[ci];
-  if ((t->l->tail[ci] = b->prev)) b->prev->next = NULL;
-  else t->l->head[ci] = NULL, bit_set(t, ci, false);
+  if ((t->l->tail[ci] = b->prev))
+    b->prev->next = NULL;
+  else
+    t->l->head[ci] = NULL, bit_set(t, ci, false);
   return b;
 }
 
@@ -178,7 +201,8 @@ static devrt_status close_epoch(cache* c, slot* t, fence** out) {
   if (f) {
     t->ffree = f->next;
   } else {
-    if (!(f = calloc(1, sizeof *f))) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching: out of host memory for a fence");
+    if (!(f = calloc(1, sizeof *f)))
+      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching: out of host memory for a fence");
     devrt_status st = be->event_create(c->base.rt->dev, 0, &f->ev);
     if (st != DEVRT_OK) {
       free(f);
@@ -191,8 +215,10 @@ static devrt_status close_epoch(cache* c, slot* t, fence** out) {
     return st;
   }
   f->epoch = t->open++, f->next = NULL;
-  if (t->fq_tail) t->fq_tail->next = f;
-  else t->fq = f;
+  if (t->fq_tail)
+    t->fq_tail->next = f;
+  else
+    t->fq = f;
   t->fq_tail = f;
   *out = f;
   return DEVRT_OK;
@@ -229,8 +255,8 @@ static bool can_move(cache* c, slot* t, blk* b, dv_stream* bs, slot* counter) {
 
 /* ---- the vtable ---- */
 
-DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
-                                           void** out) {
+DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                            const char* tag, void** out) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching allocate"));
@@ -244,7 +270,8 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
       dv_spin_lock(&s->mu);
       if (s->l && s->l->head[ci]) { /* counted under the lock: a plain add, no locked instruction */
         b = pop_head(s, ci);
-        atomic_store_explicit(&s->hits, atomic_load_explicit(&s->hits, memory_order_relaxed) + 1, memory_order_relaxed);
+        atomic_store_explicit(&s->hits, atomic_load_explicit(&s->hits, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
       }
       dv_spin_unlock(&s->mu);
     }
@@ -260,7 +287,8 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
       b->tag = tag, b->shard = dv_shard();
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
       atomic_store_explicit(&b->state, LIVE, memory_order_release);
-      if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
+      if (c->o.max_cached_bytes)
+        atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
       dv_account_sub(self->account, DV_CACHED, b->rsize);
       *out = b->ptr;
       return DEVRT_OK;
@@ -276,9 +304,11 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
     return st;
   }
   if (!(b = dv_zalloc_lines(sizeof *b))) { /* a line of its own: its stream's thread writes it */
-    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "caching allocate: out of host memory for a block record");
+    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                 "caching allocate: out of host memory for a block record");
   } else {
-    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci, b->tag = tag, b->shard = dv_shard();
+    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci, b->tag = tag,
+    b->shard = dv_shard();
     atomic_init(&b->req, size);
     atomic_init(&b->state, LIVE);
     st = hash_insert(c, b);
@@ -292,7 +322,8 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   return DEVRT_OK;
 }
 
-DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                              devrt_stream stream) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
@@ -305,11 +336,16 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
   bool live = b && atomic_load_explicit(&b->state, memory_order_acquire) == LIVE;
   size_t req = b ? atomic_load_explicit(&b->req, memory_order_relaxed) : 0;
   if (!b)
-    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: ptr %p was not allocated by this resource (%s)", ptr, self->name);
+    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "caching deallocate: ptr %p was not allocated by this resource (%s)", ptr,
+                 self->name);
   else if (!live)
-    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: ptr %p is already free (double free)", ptr);
+    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "caching deallocate: ptr %p is already free (double free)", ptr);
   else if (req != size)
-    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "caching deallocate: size %zu of ptr %p differs from the %zu bytes allocated", size, ptr, req);
+    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "caching deallocate: size %zu of ptr %p differs from the %zu bytes allocated",
+                 size, ptr, req);
   if (st != DEVRT_OK) {
     dv_spin_unlock(&sh->mu);
     return st;
@@ -317,20 +353,25 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
   dv_freed freed = {b->tag, b->shard};
   bool keep = b->cidx != BIG;
   if (keep && c->o.max_cached_bytes &&
-      atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed) + b->rsize > c->o.max_cached_bytes) {
+      atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed) + b->rsize >
+          c->o.max_cached_bytes) {
     atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
     keep = false;
   }
-  if (keep) atomic_store_explicit(&b->state, CACHED, memory_order_relaxed);
-  else *at = b->hnext, sh->n--; /* out of the table before upstream can hand ptr out again */
+  if (keep)
+    atomic_store_explicit(&b->state, CACHED, memory_order_relaxed);
+  else
+    *at = b->hnext, sh->n--; /* out of the table before upstream can hand ptr out again */
   dv_spin_unlock(&sh->mu);
 
   slot* s = &c->slots[DV_SID_SLOT(stream)];
   if (keep) {
     dv_account_add(self->account, DV_CACHED, b->rsize); /* before it is visible */
     dv_spin_lock(&s->mu);
-    if (!s->l && !(s->l = dv_zalloc_lines(sizeof *s->l))) keep = false;
-    else s->bs = bs, push_head(s, b);
+    if (!s->l && !(s->l = dv_zalloc_lines(sizeof *s->l)))
+      keep = false;
+    else
+      s->bs = bs, push_head(s, b);
     dv_spin_unlock(&s->mu);
     if (keep) {
       dv_last_freed = freed;
@@ -392,7 +433,8 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
     while (chain) {
       blk* b = chain;
       chain = b->next;
-      if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
+      if (c->o.max_cached_bytes)
+        atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
       /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
        * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
       hash_remove(c, b);
@@ -409,7 +451,8 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
         free(b);
         continue;
       }
-      if (c->o.max_cached_bytes) atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
+      if (c->o.max_cached_bytes)
+        atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
       dv_spin_lock(&t->mu);
       push_head(t, b);
       dv_spin_unlock(&t->mu);
@@ -420,8 +463,10 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
 
 static devrt_status caching_trim(devrt_resource* self, uint64_t* released) {
   devrt_status st = release_all((cache*)self, released), up = DEVRT_OK;
-  if (st == DEVRT_OK) up = devrt_resource_trim(self->upstream, NULL);
-  else DV_KEEP_ERROR(devrt_resource_trim(self->upstream, NULL)); /* the first error stands */
+  if (st == DEVRT_OK)
+    up = devrt_resource_trim(self->upstream, NULL);
+  else
+    DV_KEEP_ERROR(devrt_resource_trim(self->upstream, NULL)); /* the first error stands */
   return st != DEVRT_OK ? st : up;
 }
 
@@ -477,7 +522,8 @@ static const devrt_resource_vtable caching_vtable = {
 };
 bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
 
-devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt_caching_options* opts,
+devrt_status devrt_caching_resource_create(devrt_resource* upstream,
+                                           const devrt_caching_options* opts,
                                            devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_caching_resource_create", "out is NULL");
   *out = NULL;
@@ -496,7 +542,8 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream, const devrt
     return st;
   }
   if (opts) c->o = *opts;
-  if (!c->base.account) dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
+  if (!c->base.account)
+    dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
   c->slots = sl, c->nslots = rt->nslots;
   for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1;

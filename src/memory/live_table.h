@@ -16,17 +16,23 @@ devrt_status dv_live_create(const char* who, dv_live_table** out);
 void dv_live_destroy(dv_live_table* t);
 /* What a live allocation records besides its size: its tag and the allocating thread's shard
  * (account.h; the statistics layer above reads them back). */
-typedef struct dv_live_entry { const char* tag; unsigned shard; } dv_live_entry;
+typedef struct dv_live_entry {
+  const char* tag;
+  unsigned shard;
+} dv_live_entry;
 /* Takes the entry of p, allocated with exactly `size` bytes, out of the table into *out. Else
  * INVALID_ARGUMENT: "<who> deallocate: ..." (unknown pointer, double free or wrong size). */
-devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size, dv_live_entry* out);
+devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size,
+                          dv_live_entry* out);
 /* Puts a taken entry back (the backend refused the free). */
 void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e);
 /* A leaf's admission of `size` new bytes (*rounded: the pool's rounding of it) against the
  * account's limit; OVER_BUDGET when they do not fit. Give it back with dv_account_release if the
  * allocation then fails. */
-devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag, uint64_t* rounded);
+devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size, const char* tag,
+                           uint64_t* rounded);
 /* Records a fresh (admitted, so live) allocation; on failure the caller frees p. */
-devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size, const char* tag);
+devrt_status dv_live_track(dv_live_table* t, const char* who, void* p, size_t size,
+                           const char* tag);
 
 #endif

@@ -1,6 +1,7 @@
-/* logging.c: telemetry decorator: one record per allocate, allocate failure, free and reap, to a callback
- * (synchronously) and/or a file as CSV (RMM's columns first) or JSON Lines, buffered under a mutex.
- * Time is seconds since the layer was created (CLOCK_MONOTONIC, 9 decimals); Thread a small per-thread id. */
+/* logging.c: telemetry decorator: one record per allocate, allocate failure, free and reap, to a
+ * callback (synchronously) and/or a file as CSV (RMM's columns first) or JSON Lines, buffered under
+ * a mutex. Time is seconds since the layer was created (CLOCK_MONOTONIC, 9 decimals); Thread a
+ * small per-thread id. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -24,8 +25,8 @@ typedef struct dv_logging {
   void* user;
   int fd; /* -1: callback only */
   char* path;
-  unsigned batch; /* records per write */
-  uint64_t t0;    /* CLOCK_MONOTONIC ns at creation */
+  unsigned batch;     /* records per write */
+  uint64_t t0;        /* CLOCK_MONOTONIC ns at creation */
   pthread_mutex_t mu; /* guards buf, len, cap, nbuf */
   char* buf;
   size_t len, cap;
@@ -84,8 +85,10 @@ static char* lg_tag(char* o, const char* t, devrt_log_format f) {
   for (; *t; t++) {
     unsigned char c = (unsigned char)*t;
     if (c == '"' || c == '\\') *o++ = '\\';
-    if (c < 0x20) o += sprintf(o, "\\u%04x", c);
-    else *o++ = (char)c;
+    if (c < 0x20)
+      o += sprintf(o, "\\u%04x", c);
+    else
+      *o++ = (char)c;
   }
   *o++ = '"';
   return o;
@@ -95,23 +98,27 @@ static char* lg_tag(char* o, const char* t, devrt_log_format f) {
 static char* lg_format(char* o, const devrt_log_record* r, devrt_log_format f) {
   uint64_t s = r->time_ns / 1000000000u, ns = r->time_ns % 1000000000u;
   if (f == DEVRT_LOG_CSV) {
-    o += sprintf(o, "%" PRIu64 ",%" PRIu64 ".%09" PRIu64 ",%s,0x%" PRIxPTR ",%" PRIu64 ",0x%" PRIx64 ",", r->thread,
-                 s, ns, r->action, (uintptr_t)r->ptr, r->size, r->stream);
+    o += sprintf(
+        o, "%" PRIu64 ",%" PRIu64 ".%09" PRIu64 ",%s,0x%" PRIxPTR ",%" PRIu64 ",0x%" PRIx64 ",",
+        r->thread, s, ns, r->action, (uintptr_t)r->ptr, r->size, r->stream);
     o = lg_tag(o, r->tag, f);
     return o + sprintf(o, ",%" PRIu64 ",%s\n", r->generation, devrt_status_name(r->status));
   }
   o += sprintf(o,
-               "{\"thread\":%" PRIu64 ",\"time\":%" PRIu64 ".%09" PRIu64 ",\"action\":\"%s\",\"pointer\":\"0x%" PRIxPTR
-               "\",\"size\":%" PRIu64 ",\"stream\":\"0x%" PRIx64 "\",\"tag\":",
+               "{\"thread\":%" PRIu64 ",\"time\":%" PRIu64 ".%09" PRIu64
+               ",\"action\":\"%s\",\"pointer\":\"0x%" PRIxPTR "\",\"size\":%" PRIu64
+               ",\"stream\":\"0x%" PRIx64 "\",\"tag\":",
                r->thread, s, ns, r->action, (uintptr_t)r->ptr, r->size, r->stream);
   o = lg_tag(o, r->tag, f);
-  return o + sprintf(o, ",\"generation\":%" PRIu64 ",\"status\":\"%s\"}\n", r->generation, devrt_status_name(r->status));
+  return o + sprintf(o, ",\"generation\":%" PRIu64 ",\"status\":\"%s\"}\n", r->generation,
+                     devrt_status_name(r->status));
 }
 
 /* One record: the callback sees it at once; the file gets it through the buffer. Never fails. */
-static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uint64_t size, devrt_stream stream,
-                   const char* tag, devrt_status st) {
-  devrt_log_record r = {lg_thread(), t - L->t0, action, ptr, size, stream, 0, tag ? tag : "untagged", st};
+static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uint64_t size,
+                   devrt_stream stream, const char* tag, devrt_status st) {
+  devrt_log_record r = {
+      lg_thread(), t - L->t0, action, ptr, size, stream, 0, tag ? tag : "untagged", st};
   atomic_fetch_add_explicit(&L->records, 1, memory_order_relaxed);
   if (L->callback) L->callback(L->user, &r);
   if (L->fd < 0) return;
@@ -134,16 +141,19 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
   pthread_mutex_unlock(&L->mu);
 }
 
-static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                const char* tag, void** out) {
   devrt_status s = UP_ALLOCATE(self, size, stream, tag, out);
-  lg_log((dv_logging*)self, lg_now(), s == DEVRT_OK ? "allocate" : "allocate failure", s == DEVRT_OK ? *out : NULL,
-         size, stream, tag, s);
+  lg_log((dv_logging*)self, lg_now(), s == DEVRT_OK ? "allocate" : "allocate failure",
+         s == DEVRT_OK ? *out : NULL, size, stream, tag, s);
   return s;
 }
 
 /* The time is taken before the upstream free, so for an address another thread gets back at once,
- * the free's Time is always earlier than that allocate's Time (rows are written as calls finish). */
-static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+ * the free's Time is always earlier than that allocate's Time (rows are written as calls finish).
+ */
+static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                  devrt_stream stream) {
   uint64_t t = lg_now();
   devrt_status s = UP_DEALLOCATE(self, ptr, size, stream);
   lg_log((dv_logging*)self, t, "free", ptr, size, stream, NULL, s);
@@ -180,9 +190,11 @@ static void lg_destroy(devrt_resource* self) {
   free(L);
 }
 
-static const devrt_resource_vtable lg_vtable = {lg_allocate, lg_deallocate, lg_query, lg_reap, NULL, lg_destroy};
+static const devrt_resource_vtable lg_vtable = {lg_allocate, lg_deallocate, lg_query,
+                                                lg_reap,     NULL,          lg_destroy};
 
-devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt_logging_options* opts,
+devrt_status devrt_logging_resource_create(devrt_resource* upstream,
+                                           const devrt_logging_options* opts,
                                            devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_logging_resource_create", "out is NULL");
   *out = NULL;
@@ -194,17 +206,22 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt
     o.path = getenv("DEVRT_LOG");
     const char* f = getenv("DEVRT_LOG_FORMAT");
     if (f && *f && strcmp(f, "csv") && strcmp(f, "jsonl"))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_logging_resource_create: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", f);
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_logging_resource_create: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl",
+                     f);
     o.format = f && !strcmp(f, "jsonl") ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV;
   }
   if (o.path && !*o.path) o.path = NULL;
-  DV_ARG_CHECK(o.path || o.callback, "devrt_logging_resource_create", "no path and no callback (opts %p%s)",
-               (const void*)opts, opts ? "" : ", DEVRT_LOG unset");
-  DV_ARG_CHECK(o.format == DEVRT_LOG_CSV || o.format == DEVRT_LOG_JSONL, "devrt_logging_resource_create",
+  DV_ARG_CHECK(o.path || o.callback, "devrt_logging_resource_create",
+               "no path and no callback (opts %p%s)", (const void*)opts,
+               opts ? "" : ", DEVRT_LOG unset");
+  DV_ARG_CHECK(o.format == DEVRT_LOG_CSV || o.format == DEVRT_LOG_JSONL,
+               "devrt_logging_resource_create",
                "format %d is neither DEVRT_LOG_CSV nor DEVRT_LOG_JSONL", (int)o.format);
 
   dv_logging* L = dv_zalloc_lines(sizeof *L);
-  if (!L) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_logging_resource_create: no host memory");
+  if (!L)
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_logging_resource_create: no host memory");
   L->format = o.format;
   L->callback = o.callback;
   L->user = o.user;
@@ -218,16 +235,21 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt
     L->buf = malloc(L->cap);
     L->path = strdup(o.path);
     if (!L->buf || !L->path) {
-      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_logging_resource_create: no host memory for a %zu-byte buffer", L->cap);
+      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                  "devrt_logging_resource_create: no host memory for a %zu-byte buffer", L->cap);
     } else if ((L->fd = open(o.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
-      s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_logging_resource_create: cannot open \"%s\": %s", o.path, strerror(errno));
+      s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                  "devrt_logging_resource_create: cannot open \"%s\": %s", o.path, strerror(errno));
     } else if (o.format == DEVRT_LOG_CSV) {
       static const char hdr[] = "Thread,Time,Action,Pointer,Size,Stream,Tag,Generation,Status\n";
       if (!lg_write_all(L->fd, hdr, sizeof hdr - 1))
-        s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_logging_resource_create: cannot write \"%s\": %s", o.path, strerror(errno));
+        s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                    "devrt_logging_resource_create: cannot write \"%s\": %s", o.path,
+                    strerror(errno));
     }
   }
-  if (s == DEVRT_OK) s = devrt_resource_init(&L->base, &lg_vtable, "logging", upstream->rt, upstream);
+  if (s == DEVRT_OK)
+    s = devrt_resource_init(&L->base, &lg_vtable, "logging", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     if (L->fd >= 0) close(L->fd);
     L->fd = -1;
@@ -240,7 +262,8 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream, const devrt
 
 devrt_status devrt_logging_flush(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_logging_flush");
-  DV_ARG_CHECK(r->vtable == &lg_vtable, "devrt_logging_flush", "resource %p is a %s layer, not logging", (void*)r, r->name);
+  DV_ARG_CHECK(r->vtable == &lg_vtable, "devrt_logging_flush",
+               "resource %p is a %s layer, not logging", (void*)r, r->name);
   dv_logging* L = (dv_logging*)r;
   if (L->fd < 0) return DEVRT_OK;
   pthread_mutex_lock(&L->mu);
@@ -249,7 +272,8 @@ devrt_status devrt_logging_flush(devrt_resource* r) {
   int e = errno;
   pthread_mutex_unlock(&L->mu);
   if (!ok)
-    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "devrt_logging_flush: writing %u records to \"%s\" failed: %s", n, L->path,
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR,
+                   "devrt_logging_flush: writing %u records to \"%s\" failed: %s", n, L->path,
                    strerror(e));
   return DEVRT_OK;
 }

@@ -11,10 +11,10 @@
 
 DV_TLS unsigned dv_tshard = DV_SHARDS;
 DV_TLS dv_freed dv_last_freed;
-static _Atomic uint64_t owned;        /* bit i: owned shard i is taken by a live thread */
-static _Atomic unsigned next_shared;  /* round robin over the shared shards */
+static _Atomic uint64_t owned;       /* bit i: owned shard i is taken by a live thread */
+static _Atomic unsigned next_shared; /* round robin over the shared shards */
 _Atomic unsigned dv_shard_span;
-static pthread_key_t shard_key;       /* its destructor gives the owned shard back */
+static pthread_key_t shard_key; /* its destructor gives the owned shard back */
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
 static void shard_give_back(void* v) {
@@ -28,7 +28,8 @@ static void shard_key_init(void) {
 /* This thread takes shard i: raises the span before the thread writes anything there. */
 static unsigned span(unsigned i) {
   unsigned v = atomic_load_explicit(&dv_shard_span, memory_order_relaxed);
-  while (v <= i && !atomic_compare_exchange_weak_explicit(&dv_shard_span, &v, i + 1, memory_order_release, memory_order_relaxed)) {}
+  while (v <= i && !atomic_compare_exchange_weak_explicit(
+                       &dv_shard_span, &v, i + 1, memory_order_release, memory_order_relaxed)) {}
   dv_tshard = i;
   return i;
 }
@@ -39,15 +40,19 @@ unsigned dv_shard_assign(void) {
   uint64_t v = atomic_load_explicit(&owned, memory_order_relaxed);
   while (~v && shard_key != (pthread_key_t)-1) {
     unsigned i = (unsigned)__builtin_ctzll(~v);
-    if (atomic_compare_exchange_weak_explicit(&owned, &v, v | 1ull << i, memory_order_acquire, memory_order_relaxed)) {
-      if (pthread_setspecific(shard_key, (void*)(uintptr_t)(i + 1))) { /* cannot give it back at exit: keep it shared */
+    if (atomic_compare_exchange_weak_explicit(&owned, &v, v | 1ull << i, memory_order_acquire,
+                                              memory_order_relaxed)) {
+      if (pthread_setspecific(
+              shard_key,
+              (void*)(uintptr_t)(i + 1))) { /* cannot give it back at exit: keep it shared */
         atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release);
         break;
       }
       return span(i);
     }
   }
-  return span(DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) % (DV_SHARDS - DV_OWNED));
+  return span(DV_OWNED + atomic_fetch_add_explicit(&next_shared, 1, memory_order_relaxed) %
+                             (DV_SHARDS - DV_OWNED));
 }
 
 void dv_account_init(dv_mem_account* a) {
@@ -70,26 +75,31 @@ uint64_t dv_account_sum(const dv_mem_account* a, int fig) {
 }
 
 uint64_t dv_account_live(const dv_mem_account* a) {
-  uint64_t n = atomic_load_explicit(&a->held, memory_order_acquire) - dv_account_sum(a, DV_PENDING) - dv_account_sum(a, DV_CACHED);
+  uint64_t n = atomic_load_explicit(&a->held, memory_order_acquire) -
+               dv_account_sum(a, DV_PENDING) - dv_account_sum(a, DV_CACHED);
   return n > UINT64_MAX / 2 ? 0 : n;
 }
 
-devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n, const char* tag) {
+devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n,
+                               const char* tag) {
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
-                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64 ", pending %" PRIu64
-                 ", cached %" PRIu64 ", limit %" PRIu64, who, size, n, tag ? tag : "untagged", dv_account_live(a),
+                 "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64
+                 ", pending %" PRIu64 ", cached %" PRIu64 ", limit %" PRIu64,
+                 who, size, n, tag ? tag : "untagged", dv_account_live(a),
                  dv_account_sum(a, DV_PENDING), dv_account_sum(a, DV_CACHED),
                  atomic_load_explicit(&a->limit, memory_order_relaxed));
 }
 
-devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vt, const char* name,
-                                 devrt_runtime* rt, devrt_resource* upstream) {
+devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vt,
+                                 const char* name, devrt_runtime* rt, devrt_resource* upstream) {
   DV_ARG_CHECK(r && vt && vt->allocate && vt->deallocate && vt->destroy, "devrt_resource_init",
-               "resource %p or vtable %p (allocate, deallocate, destroy required) is NULL", (void*)r, (const void*)vt);
+               "resource %p or vtable %p (allocate, deallocate, destroy required) is NULL",
+               (void*)r, (const void*)vt);
   DV_RT_CHECK(rt, "devrt_resource_init");
   if (upstream) {
     DV_RES_CHECK(upstream, "devrt_resource_init");
-    DV_ARG_CHECK(upstream->rt == rt, "devrt_resource_init", "upstream %s belongs to another runtime", upstream->name);
+    DV_ARG_CHECK(upstream->rt == rt, "devrt_resource_init",
+                 "upstream %s belongs to another runtime", upstream->name);
     __atomic_fetch_add(&upstream->refs, 1, __ATOMIC_RELAXED); /* refs: a plain int in the header */
   }
   r->vtable = vt;
@@ -119,11 +129,13 @@ devrt_status devrt_resource_release(devrt_resource* r) {
 
 /* The public entries are flattened: through devrt's own layers (DV_CALL) a stack's
  * path inlines into them. */
-DV_FLATTEN DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream,
-                                                       const char* tag, void** out) {
+DV_FLATTEN DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size,
+                                                       devrt_stream stream, const char* tag,
+                                                       void** out) {
   DV_RES_CHECK(r, "devrt_resource_allocate");
   DV_ARG_CHECK(out, "devrt_resource_allocate", "out is NULL (%s)", r->name);
-  DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name, tag ? tag : "untagged");
+  DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name,
+               tag ? tag : "untagged");
   *out = NULL;
   return DV_CALL(r, budget, allocate, size, stream, tag, out);
 }
@@ -149,8 +161,10 @@ devrt_status devrt_resource_reap(devrt_resource* r, unsigned flags, uint64_t* re
   DV_ARG_CHECK(!(flags & ~DEVRT_REAP_WAIT), "devrt_resource_reap", "unknown flags 0x%x", flags);
   uint64_t n = 0;
   devrt_status s = DEVRT_OK;
-  if (r->vtable->reap) s = r->vtable->reap(r, flags, &n);
-  else if (r->upstream) s = devrt_resource_reap(r->upstream, flags, &n);
+  if (r->vtable->reap)
+    s = r->vtable->reap(r, flags, &n);
+  else if (r->upstream)
+    s = devrt_resource_reap(r->upstream, flags, &n);
   if (reaped) *reaped = n;
   return s;
 }
@@ -159,8 +173,10 @@ devrt_status devrt_resource_trim(devrt_resource* r, uint64_t* released) {
   DV_RES_CHECK(r, "devrt_resource_trim");
   uint64_t n = 0;
   devrt_status s = DEVRT_OK;
-  if (r->vtable->trim) s = r->vtable->trim(r, &n);
-  else if (r->upstream) s = devrt_resource_trim(r->upstream, &n);
+  if (r->vtable->trim)
+    s = r->vtable->trim(r, &n);
+  else if (r->upstream)
+    s = devrt_resource_trim(r->upstream, &n);
   if (released) *released = n;
   return s;
 }

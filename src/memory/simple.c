@@ -12,7 +12,8 @@ typedef struct simple_res {
   dv_live_table* live;
 } simple_res;
 
-static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                    const char* tag, void** out) {
   simple_res* r = (simple_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -31,7 +32,8 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   return DEVRT_OK;
 }
 
-static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size, devrt_stream stream) {
+static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size,
+                                      devrt_stream stream) {
   simple_res* r = (simple_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -91,7 +93,8 @@ devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** ou
   dv_mem_account* acc = dv_account_new();
   if (!r || !acc) {
     free(r), free(acc);
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "devrt_simple_resource_create: out of host memory");
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "devrt_simple_resource_create: out of host memory");
   }
   /* cuMemAlloc hands out at least 512-byte steps; the host backend rounds to 256. */
   acc->granularity = strcmp(rt->be->name, "cuda") ? 256 : 512;

@@ -5,24 +5,26 @@
 #include "../block/block.h"
 
 /* Pushes a decorator: on success *top is the new layer (holding the old one), else unchanged. */
-#define PUSH(top, call)                        \
-  do {                                         \
-    devrt_resource* next_ = NULL;              \
-    devrt_status s_ = (call);                  \
-    if (s_ != DEVRT_OK) {                      \
+#define PUSH(top, call)                              \
+  do {                                               \
+    devrt_resource* next_ = NULL;                    \
+    devrt_status s_ = (call);                        \
+    if (s_ != DEVRT_OK) {                            \
       DV_KEEP_ERROR(devrt_resource_release(*(top))); \
-      return s_;                               \
-    }                                          \
-    devrt_resource_release(*(top));            \
-    *(top) = next_;                            \
+      return s_;                                     \
+    }                                                \
+    devrt_resource_release(*(top));                  \
+    *(top) = next_;                                  \
   } while (0)
 
-devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit, devrt_resource** top) {
+devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
+                            devrt_resource** top) {
   DV_CHECK(devrt_async_resource_create(rt, top));
   if (c->cache) PUSH(top, devrt_caching_resource_create(*top, NULL, &next_));
   PUSH(top, devrt_statistics_resource_create(*top, &next_));
   if (c->log_path) {
-    devrt_logging_options lo = {.path = c->log_path, .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};
+    devrt_logging_options lo = {.path = c->log_path,
+                                .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};
     PUSH(top, devrt_logging_resource_create(*top, &lo, &next_));
   }
   devrt_budget_options bo = {.limit_bytes = limit};
@@ -41,8 +43,10 @@ devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
   pthread_mutex_lock(&rt->stack_mu);
   devrt_status s = DEVRT_OK;
   r = atomic_load_explicit(&rt->stack, memory_order_relaxed);
-  uint64_t limit = rt->cfg.budget_bytes ? rt->cfg.budget_bytes : rt->info.total_memory / 100 * rt->cfg.budget_percent;
-  if (!r && (s = dv_stack_build(rt, &rt->cfg, limit, &r)) == DEVRT_OK) atomic_store_explicit(&rt->stack, r, memory_order_release);
+  uint64_t limit = rt->cfg.budget_bytes ? rt->cfg.budget_bytes
+                                        : rt->info.total_memory / 100 * rt->cfg.budget_percent;
+  if (!r && (s = dv_stack_build(rt, &rt->cfg, limit, &r)) == DEVRT_OK)
+    atomic_store_explicit(&rt->stack, r, memory_order_release);
   pthread_mutex_unlock(&rt->stack_mu);
   if (s == DEVRT_OK) *out = r;
   return s;
@@ -51,11 +55,14 @@ devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
 devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r) {
   DV_RT_CHECK(rt, "devrt_runtime_set_resource");
   DV_RES_CHECK(r, "devrt_runtime_set_resource");
-  DV_ARG_CHECK(r->rt == rt, "devrt_runtime_set_resource", "resource %s belongs to another runtime", r->name);
+  DV_ARG_CHECK(r->rt == rt, "devrt_runtime_set_resource", "resource %s belongs to another runtime",
+               r->name);
   pthread_mutex_lock(&rt->stack_mu);
   devrt_status s = DEVRT_OK;
   if (atomic_load(&rt->stack))
-    s = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_runtime_set_resource: runtime of ordinal %d already has its stack", rt->cfg.ordinal);
+    s = dv_fail(DEVRT_ERR_INVALID_STATE,
+                "devrt_runtime_set_resource: runtime of ordinal %d already has its stack",
+                rt->cfg.ordinal);
   else {
     devrt_resource_retain(r);
     atomic_store_explicit(&rt->stack, r, memory_order_release);

@@ -1,11 +1,12 @@
-/* statistics.c: statistics decorator: bytes and allocation counts {current, peak, total}, overall and
- * per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes). Counters
- * rise after upstream's allocate succeeded. Over a recording layer (caching, async, simple) they
- * fall once its deallocate accepted the free, by the tag and shard of its record (dv_last_freed);
- * over any other upstream this layer keeps a sharded pointer map (ptr -> size, tag, shard) and they
- * fall before the free (restored if it is refused). Counters are sharded by thread (account.h;
- * st_grow keeps the peak); tags sit in a fixed table read lock-free (entries are published with a
- * release store of the count; adding one takes a mutex; tags past the table share "(other)"). */
+/* statistics.c: statistics decorator: bytes and allocation counts {current, peak, total}, overall
+ * and per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes).
+ * Counters rise after upstream's allocate succeeded. Over a recording layer (caching, async,
+ * simple) they fall once its deallocate accepted the free, by the tag and shard of its record
+ * (dv_last_freed); over any other upstream this layer keeps a sharded pointer map (ptr -> size,
+ * tag, shard) and they fall before the free (restored if it is refused). Counters are sharded by
+ * thread (account.h; st_grow keeps the peak); tags sit in a fixed table read lock-free (entries are
+ * published with a release store of the count; adding one takes a mutex; tags past the table share
+ * "(other)"). */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -13,10 +14,11 @@
 #include "../core/runtime.h"
 #include "account.h"
 
-#define ST_TAGS 64   /* distinct tags with their own entry */
+#define ST_TAGS 64 /* distinct tags with their own entry */
 #define ST_SHARD_BITS 10
 #define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
-#define ST_CELLS DV_SHARDS /* counter shards: one per thread shard; those past dv_shard_span are unused */
+#define ST_CELLS \
+  DV_SHARDS /* counter shards: one per thread shard; those past dv_shard_span are unused */
 
 /* One thread shard of one pair's counters ([0] bytes, [1] count). Its thread writes the first
  * line (cur, total; hi and mark with st_grow); a free on another thread adds to `debt` on the
@@ -25,13 +27,13 @@
 typedef struct st_cell {
   _Alignas(DV_LINE) _Atomic int64_t cur[2]; /* _Alignas binds to one declarator: the unit's start */
   _Atomic int64_t total[2], mark[2], hi[2];
-  _Alignas(64) _Atomic int64_t debt[2];     /* the unit's second line */
+  _Alignas(64) _Atomic int64_t debt[2]; /* the unit's second line */
 } st_cell;
 _Static_assert(sizeof(st_cell) == DV_LINE, "a thread shard's counters fill one unit");
 typedef struct st_pair {
   st_cell* cells; /* ST_CELLS */
   _Atomic int64_t peak[2];
-  int collide;    /* consecutive st_grow calls whose marks did not fit (under grow_mu) */
+  int collide; /* consecutive st_grow calls whose marks did not fit (under grow_mu) */
 } st_pair;
 typedef struct st_tag {
   const char* name; /* written before the entry is published */
@@ -45,15 +47,16 @@ typedef struct st_ent {
 } st_ent;
 typedef struct st_shard {
   _Alignas(DV_LINE) dv_spin mu;
-  st_ent* e;                    /* open addressing, linear probing, load <= 1/2 */
+  st_ent* e; /* open addressing, linear probing, load <= 1/2 */
   size_t cap, n;
 } st_shard;
 
-typedef struct dv_stats { /* what every call reads first: the head, shards, ntags, all, the first tags */
+typedef struct dv_stats { /* what every call reads first: the head, shards, ntags, all, the first
+                             tags */
   devrt_resource base;
-  st_shard* shards;        /* the pointer map [ST_SHARDS]; NULL over a recording layer, whose records
-                              tell a free its tag and shard (dv_stats_deallocate) */
-  _Atomic unsigned ntags;  /* published entries of tags[] */
+  st_shard* shards;       /* the pointer map [ST_SHARDS]; NULL over a recording layer, whose records
+                             tell a free its tag and shard (dv_stats_deallocate) */
+  _Atomic unsigned ntags; /* published entries of tags[] */
   st_pair all;
   st_tag tags[ST_TAGS];
   st_pair other;
@@ -111,7 +114,8 @@ static DV_INLINE int64_t bump(_Atomic int64_t* x, int64_t d, unsigned s) {
 static DV_NOINLINE void st_grow(dv_stats* S, st_pair* p, unsigned s) {
   pthread_mutex_lock(&S->grow_mu);
   int64_t cur[ST_CELLS][2], want[ST_CELLS][2], P[2], tot[2] = {0, 0}, wsum[2] = {0, 0};
-  unsigned end = dv_shard_end(); /* a shard taken after this passes its zero mark and comes here too */
+  unsigned end =
+      dv_shard_end(); /* a shard taken after this passes its zero mark and comes here too */
   for (unsigned i = 0; i < end; i++)
     for (int k = 0; k < 2; k++) {
       cur[i][k] = cur_of(&p->cells[i], k);
@@ -161,7 +165,8 @@ static DV_INLINE void st_add(dv_stats* S, st_pair* p, uint64_t size, bool total,
   st_cell* c = &p->cells[s];
   int64_t b = bump(&c->cur[0], (int64_t)size, s), n = bump(&c->cur[1], 1, s);
   if (total) bump(&c->total[0], (int64_t)size, s), bump(&c->total[1], 1, s);
-  if (DV_UNLIKELY(b > ld(&c->hi[0]) || n > ld(&c->hi[1]) || b > ld(&c->mark[0]) || n > ld(&c->mark[1])))
+  if (DV_UNLIKELY(b > ld(&c->hi[0]) || n > ld(&c->hi[1]) || b > ld(&c->mark[0]) ||
+                  n > ld(&c->mark[1])))
     st_high(S, p, s);
 }
 
@@ -204,7 +209,8 @@ static DV_NOINLINE st_pair* st_search(dv_stats* S, const char* tag, unsigned n) 
 }
 static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);
-  if (DV_LIKELY(n) && DV_LIKELY(S->tags[0].name == tag)) return &S->tags[0].c; /* the usual case: one tag, the same string */
+  if (DV_LIKELY(n) && DV_LIKELY(S->tags[0].name == tag))
+    return &S->tags[0].c; /* the usual case: one tag, the same string */
   return st_search(S, tag, n);
 }
 
@@ -242,8 +248,12 @@ static uint64_t st_hash(uintptr_t k) {
   return x ^ (x >> 33);
 }
 
-static st_shard* st_shard_of(dv_stats* S, uintptr_t k) { return &S->shards[st_hash(k) & (ST_SHARDS - 1)]; }
-static size_t st_home(const st_shard* sh, uintptr_t k) { return (size_t)(st_hash(k) >> ST_SHARD_BITS) & (sh->cap - 1); }
+static st_shard* st_shard_of(dv_stats* S, uintptr_t k) {
+  return &S->shards[st_hash(k) & (ST_SHARDS - 1)];
+}
+static size_t st_home(const st_shard* sh, uintptr_t k) {
+  return (size_t)(st_hash(k) >> ST_SHARD_BITS) & (sh->cap - 1);
+}
 
 static void st_put(st_shard* sh, st_ent e) {
   size_t i = st_home(sh, e.key);
@@ -295,8 +305,8 @@ static DV_NOINLINE bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
 
 /* The pointer map's side of allocate and deallocate, over an upstream that is no recording layer
  * (out of line: devrt's own stacks put one beneath this layer). */
-static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, devrt_stream stream, const char* tag,
-                                        st_pair* t) {
+static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, devrt_stream stream,
+                                        const char* tag, st_pair* t) {
   uintptr_t k = (uintptr_t)*out;
   st_shard* sh = st_shard_of(S, k);
   dv_spin_lock(&sh->mu);
@@ -305,10 +315,12 @@ static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, de
   if (ok) return DEVRT_OK;
   UP_DEALLOCATE(&S->base, *out, size, stream);
   *out = NULL;
-  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                 "statistics allocate: no host memory to track %zu bytes (tag %s)", size,
                  tag ? tag : "untagged");
 }
-static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t size, devrt_stream stream) {
+static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t size,
+                                               devrt_stream stream) {
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
@@ -333,11 +345,13 @@ static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t si
   return s;
 }
 
-DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
-                                      void** out) {
+DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                      const char* tag, void** out) {
   dv_stats* S = (dv_stats*)self;
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
-  if (!t) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s", tag);
+  if (!t)
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "statistics allocate: no host memory for tag %s",
+                   tag);
   DV_CHECK(UP_ALLOCATE(self, size, stream, tag, out));
   if (DV_UNLIKELY(S->shards)) DV_CHECK(map_add(S, out, size, stream, tag, t));
   unsigned me = dv_shard();
@@ -349,14 +363,16 @@ DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_s
 /* Over a recording layer the counters fall once its deallocate accepted the free, by its record
  * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
  * if upstream refuses it). */
-DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                        devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
   if (DV_UNLIKELY(S->shards)) return map_deallocate(S, ptr, size, stream);
   DV_CHECK(UP_DEALLOCATE(self, ptr, size, stream));
   dv_freed f = dv_last_freed;
   unsigned me = dv_shard();
   st_sub(&S->all, f.shard, size, me);
-  st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size, me); /* found: its allocation added it */
+  st_sub(st_tag_of(S, f.tag ? f.tag : "untagged"), f.shard, size,
+         me); /* found: its allocation added it */
   return DEVRT_OK;
 }
 
@@ -380,15 +396,16 @@ static void st_destroy(devrt_resource* self) {
   free(S);
 }
 
-const devrt_resource_vtable dv_stats_vtable = {dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL,
-                                                st_destroy};
+const devrt_resource_vtable dv_stats_vtable = {
+    dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL, st_destroy};
 
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_statistics_resource_create");
   dv_stats* S = dv_zalloc_lines(sizeof *S);
-  if (!S) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
+  if (!S)
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
   pthread_mutex_init(&S->grow_mu, NULL);
   bool records = dv_caching_is(upstream) || dv_async_is(upstream) || dv_simple_is(upstream);
@@ -397,7 +414,8 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
-  devrt_status s = devrt_resource_init(&S->base, &dv_stats_vtable, "statistics", upstream->rt, upstream);
+  devrt_status s =
+      devrt_resource_init(&S->base, &dv_stats_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
     return s;
@@ -408,7 +426,8 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
 
 devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memory_stats* out) {
   DV_RES_CHECK(r, "devrt_statistics_get");
-  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_get", "resource %p is a %s layer, not statistics", (void*)r, r->name);
+  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_get",
+               "resource %p is a %s layer, not statistics", (void*)r, r->name);
   DV_ARG_CHECK(out, "devrt_statistics_get", "out is NULL (tag %s)", tag ? tag : "(overall)");
   dv_stats* S = (dv_stats*)r;
   st_pair* p = !tag ? &S->all : st_find(S, tag);
@@ -419,8 +438,8 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
 
 devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_statistics_reset_peaks");
-  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_reset_peaks", "resource %p is a %s layer, not statistics",
-               (void*)r, r->name);
+  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_reset_peaks",
+               "resource %p is a %s layer, not statistics", (void*)r, r->name);
   dv_stats* S = (dv_stats*)r;
   st_reset(S, &S->all);
   unsigned n = atomic_load_explicit(&S->ntags, memory_order_acquire);

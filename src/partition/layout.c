@@ -27,7 +27,7 @@ struct devrt_partition {
 };
 
 struct devrt_layout {
-  devrt_layout* next;   /* the runtime's list, under dv_layouts.mu */
+  devrt_layout* next;    /* the runtime's list, under dv_layouts.mu */
   _Atomic unsigned busy; /* acquires in flight on its pools (raised under dv_layouts.mu) */
   unsigned flags;
   devrt_layout_plan plan;
@@ -69,7 +69,9 @@ devrt_status dv_layouts_check_none(devrt_runtime* rt, const char* call) {
   pthread_mutex_lock(&rt->layouts->mu);
   bool any = rt->layouts->list != NULL;
   pthread_mutex_unlock(&rt->layouts->mu);
-  if (any) return dv_fail(DEVRT_ERR_INVALID_STATE, "%s: layouts of this runtime are alive (devrt_layout_destroy them first)", call);
+  if (any)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "%s: layouts of this runtime are alive (devrt_layout_destroy them first)", call);
   return DEVRT_OK;
 }
 
@@ -98,53 +100,69 @@ static devrt_layout* owner(dv_layouts* l, const devrt_partition* p) {
   return NULL;
 }
 
-#define LOCKED_LAYOUT(rt, layout, call)                                                                   \
-  DV_RT_CHECK(rt, call);                                                                                  \
-  dv_layouts* L_ = (rt)->layouts;                                                                         \
-  pthread_mutex_lock(&L_->mu);                                                                            \
-  if (!live(L_, layout)) {                                                                                \
-    pthread_mutex_unlock(&L_->mu);                                                                        \
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": layout %p is NULL, destroyed or another runtime's", \
-                   (void*)(layout));                                                                      \
+#define LOCKED_LAYOUT(rt, layout, call)                                                          \
+  DV_RT_CHECK(rt, call);                                                                         \
+  dv_layouts* L_ = (rt)->layouts;                                                                \
+  pthread_mutex_lock(&L_->mu);                                                                   \
+  if (!live(L_, layout)) {                                                                       \
+    pthread_mutex_unlock(&L_->mu);                                                               \
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,                                                   \
+                   call ": layout %p is NULL, destroyed or another runtime's", (void*)(layout)); \
   }
 
-#define LOCKED_PARTITION(rt, p, call)                                                                        \
-  DV_RT_CHECK(rt, call);                                                                                     \
-  dv_layouts* L_ = (rt)->layouts;                                                                            \
-  pthread_mutex_lock(&L_->mu);                                                                               \
-  devrt_layout* owner_ = owner(L_, p);                                                                       \
-  if (!owner_) {                                                                                             \
-    pthread_mutex_unlock(&L_->mu);                                                                           \
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": partition %p is NULL, of a destroyed layout or another runtime's", \
-                   (void*)(p));                                                                              \
+#define LOCKED_PARTITION(rt, p, call)                                                         \
+  DV_RT_CHECK(rt, call);                                                                      \
+  dv_layouts* L_ = (rt)->layouts;                                                             \
+  pthread_mutex_lock(&L_->mu);                                                                \
+  devrt_layout* owner_ = owner(L_, p);                                                        \
+  if (!owner_) {                                                                              \
+    pthread_mutex_unlock(&L_->mu);                                                            \
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,                                                \
+                   call ": partition %p is NULL, of a destroyed layout or another runtime's", \
+                   (void*)(p));                                                               \
   }
 
 /* ---- specs and plans ---- */
 
 static devrt_status check_spec(devrt_runtime* rt, const devrt_layout_spec* s, const char* call) {
   if (!s) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: spec is NULL", call);
-  const unsigned known = DEVRT_LAYOUT_IGNORE_COSCHEDULING | DEVRT_LAYOUT_ALLOW_FALLBACK | DEVRT_LAYOUT_PLAIN_STREAMS |
-                         DEVRT_LAYOUT_WORKQUEUE_BALANCED;
+  const unsigned known = DEVRT_LAYOUT_IGNORE_COSCHEDULING | DEVRT_LAYOUT_ALLOW_FALLBACK |
+                         DEVRT_LAYOUT_PLAIN_STREAMS | DEVRT_LAYOUT_WORKQUEUE_BALANCED;
   bool uneven = s->sm_counts || s->count;
-  if (s->flags & ~known) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", call, s->flags & ~known);
+  if (s->flags & ~known)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", call, s->flags & ~known);
   if (uneven && (!s->sm_counts || !s->count || s->groups || s->min_sms))
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: give either groups/min_sms (even) or sm_counts with count > 0 (uneven), not both", call);
+    return dv_fail(
+        DEVRT_ERR_INVALID_ARGUMENT,
+        "%s: give either groups/min_sms (even) or sm_counts with count > 0 (uneven), not both",
+        call);
   unsigned asked = uneven ? s->count : s->groups;
   if (asked > DEVRT_MAX_PARTITIONS - 1)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: %u partitions asked, at most %d (one more for the remainder)", call, asked, DEVRT_MAX_PARTITIONS - 1);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: %u partitions asked, at most %d (one more for the remainder)", call, asked,
+                   DEVRT_MAX_PARTITIONS - 1);
   for (unsigned i = 0; uneven && i < s->count; i++)
-    if (!s->sm_counts[i]) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: sm_counts[%u] is 0", call, i);
-  if ((unsigned)s->remainder > DEVRT_REMAINDER_IDLE) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: unknown remainder policy %d", call, (int)s->remainder);
+    if (!s->sm_counts[i])
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: sm_counts[%u] is 0", call, i);
+  if ((unsigned)s->remainder > DEVRT_REMAINDER_IDLE)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: unknown remainder policy %d", call,
+                   (int)s->remainder);
   if (s->streams > rt->cfg.partition_streams)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: %u streams per partition, but only %u slots are kept for partitions (DEVRT_PARTITION_STREAMS)",
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: %u streams per partition, but only %u slots are kept for partitions "
+                   "(DEVRT_PARTITION_STREAMS)",
                    call, s->streams, rt->cfg.partition_streams);
   for (unsigned i = 0; s->priorities && i < asked; i++)
     if (s->priorities[i] > rt->info.priority_least || s->priorities[i] < rt->info.priority_greatest)
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: priorities[%u] = %d outside the device's range [%d, %d]", call, i,
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "%s: priorities[%u] = %d outside the device's range [%d, %d]", call, i,
                      s->priorities[i], rt->info.priority_greatest, rt->info.priority_least);
   if (s->flags & DEVRT_LAYOUT_WORKQUEUE_BALANCED)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: workqueue configs need a CUDA 13.1 driver and a devrt built against 13.1 headers "
-                   "(driver %d, built against %d)", call, rt->info.driver_version, BUILT_CUDA);
+    return dv_fail(
+        DEVRT_ERR_UNSUPPORTED,
+        "%s: workqueue configs need a CUDA 13.1 driver and a devrt built against 13.1 headers "
+        "(driver %d, built against %d)",
+        call, rt->info.driver_version, BUILT_CUDA);
   return DEVRT_OK;
 }
 
@@ -158,11 +176,14 @@ static void plainify(devrt_layout_plan* p, const char* why) {
 
 /* Plain streams where no split can be asked for: the requested partitions, plus one for the
  * remainder under DEVRT_REMAINDER_PARTITION (so the catch-all is where it would be). */
-static devrt_status plain_plan(devrt_runtime* rt, const devrt_layout_spec* s, const char* why, devrt_layout_plan* p) {
+static devrt_status plain_plan(devrt_runtime* rt, const devrt_layout_spec* s, const char* why,
+                               devrt_layout_plan* p) {
   unsigned sms = (unsigned)rt->info.sm_count, min = s->min_sms ? s->min_sms : 1;
   unsigned n = s->count ? s->count : s->groups ? s->groups : sms / min;
   if (n > DEVRT_MAX_PARTITIONS - 1) n = DEVRT_MAX_PARTITIONS - 1;
-  if (!n) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "layout: groups of %u SMs, but the device has %u", min, sms);
+  if (!n)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "layout: groups of %u SMs, but the device has %u",
+                   min, sms);
   memset(p, 0, sizeof *p);
   p->remainder_partition = s->remainder == DEVRT_REMAINDER_PARTITION;
   p->partitions = n + p->remainder_partition;
@@ -187,35 +208,45 @@ static void split_free(devrt_runtime* rt, split* x) {
 
 /* The driver's split for spec: even, the one split (its groups are the partitions'); uneven,
  * each group as the driver rounds it on the whole device and what is left (a plan: see peel). */
-static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, split* x, const char* call) {
+static devrt_status do_split(devrt_runtime* rt, const devrt_layout_spec* s, split* x,
+                             const char* call) {
   unsigned f = (s->flags & DEVRT_LAYOUT_IGNORE_COSCHEDULING) ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0;
   const dv_backend* be = rt->be;
   DV_CHECK(be->sm_resource(rt->dev, &x->dev));
   if (!s->count) { /* even: one split */
     if (s->min_sms > x->dev.sms)
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: groups of %u SMs asked, the device has %u", call, s->min_sms, x->dev.sms);
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: groups of %u SMs asked, the device has %u",
+                     call, s->min_sms, x->dev.sms);
     unsigned n = s->groups;
-    if (!n) DV_CHECK(be->sm_split(rt->dev, &x->dev, s->min_sms, f, NULL, &n, &x->rem)); /* as many as fit */
+    if (!n)
+      DV_CHECK(
+          be->sm_split(rt->dev, &x->dev, s->min_sms, f, NULL, &n, &x->rem)); /* as many as fit */
     if (n > DEVRT_MAX_PARTITIONS - 1) n = DEVRT_MAX_PARTITIONS - 1;
-    if (!n) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: no group of %u SMs fits the device's %u", call, s->min_sms, x->dev.sms);
+    if (!n)
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: no group of %u SMs fits the device's %u",
+                     call, s->min_sms, x->dev.sms);
     x->n = n;
     DV_CHECK(be->sm_split(rt->dev, &x->dev, s->min_sms, f, x->groups, &x->n, &x->rem));
     if (s->groups && x->n < s->groups)
-      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: %u groups of at least %u SMs asked; the driver gives %u of %u SMs (device %u SMs)",
-                     call, s->groups, s->min_sms, x->n, x->n ? x->groups[0].sms : 0, x->dev.sms);
+      return dv_fail(
+          DEVRT_ERR_OUT_OF_RESOURCES,
+          "%s: %u groups of at least %u SMs asked; the driver gives %u of %u SMs (device %u SMs)",
+          call, s->groups, s->min_sms, x->n, x->n ? x->groups[0].sms : 0, x->dev.sms);
     return DEVRT_OK;
   }
   unsigned total = 0;
   for (unsigned i = 0; i < s->count; i++) { /* each group as the driver rounds it */
     unsigned one = 1;
     if (s->sm_counts[i] > x->dev.sms)
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: sm_counts[%u] = %u, the device has %u SMs", call, i, s->sm_counts[i], x->dev.sms);
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: sm_counts[%u] = %u, the device has %u SMs",
+                     call, i, s->sm_counts[i], x->dev.sms);
     DV_CHECK(be->sm_split(rt->dev, &x->dev, s->sm_counts[i], f, &x->groups[i], &one, &x->rem));
     total += x->groups[i].sms;
   }
   x->n = s->count;
   if (total > x->dev.sms)
-    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: the groups round up to %u SMs, the device has %u", call, total, x->dev.sms);
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "%s: the groups round up to %u SMs, the device has %u", call, total, x->dev.sms);
   x->rem.sms = x->dev.sms - total;
   return DEVRT_OK;
 }
@@ -244,8 +275,10 @@ static void fill_plan(const devrt_layout_spec* s, const split* x, devrt_layout_p
   p->isolated = true;
   for (unsigned i = 0; i < x->n; i++) p->sm_counts[i] = x->groups[i].sms;
   p->partitions = x->n;
-  if (x->rem.sms && s->remainder == DEVRT_REMAINDER_MERGE && x->n) p->sm_counts[x->n - 1] += x->rem.sms;
-  if (x->rem.sms && s->remainder == DEVRT_REMAINDER_PARTITION) p->sm_counts[p->partitions++] = x->rem.sms, p->remainder_partition = true;
+  if (x->rem.sms && s->remainder == DEVRT_REMAINDER_MERGE && x->n)
+    p->sm_counts[x->n - 1] += x->rem.sms;
+  if (x->rem.sms && s->remainder == DEVRT_REMAINDER_PARTITION)
+    p->sm_counts[p->partitions++] = x->rem.sms, p->remainder_partition = true;
   if (s->remainder == DEVRT_REMAINDER_IDLE) p->idle_sms = x->rem.sms;
   p->catch_all = p->partitions ? p->partitions - 1 : 0;
 }
@@ -256,26 +289,30 @@ static const char plain_requested[] = "plain streams requested (DEVRT_LAYOUT_PLA
 
 /* The plan for spec; *fallback set when it falls back to plain streams. x gets the split an
  * isolated plan was made from. */
-static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout_plan* p, bool* fallback, split* x,
-                         const char* call) {
+static devrt_status plan(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout_plan* p,
+                         bool* fallback, split* x, const char* call) {
   *fallback = false;
   DV_CHECK(check_spec(rt, s, call));
   if (!rt->info.green_contexts) {
     if (want_plain(s)) return plain_plan(rt, s, plain_requested, p);
     char why[160];
-    snprintf(why, sizeof why, "no green contexts on device %d (%.80s, driver %d)", rt->cfg.ordinal, rt->info.name, rt->info.driver_version);
+    snprintf(why, sizeof why, "no green contexts on device %d (%.80s, driver %d)", rt->cfg.ordinal,
+             rt->info.name, rt->info.driver_version);
     if (!(s->flags & DEVRT_LAYOUT_ALLOW_FALLBACK))
-      return dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: %s; pass DEVRT_LAYOUT_ALLOW_FALLBACK for plain streams", call, why);
+      return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                     "%s: %s; pass DEVRT_LAYOUT_ALLOW_FALLBACK for plain streams", call, why);
     *fallback = true;
     return plain_plan(rt, s, why, p);
   }
   devrt_status st = do_split(rt, s, x, call);
   fill_plan(s, x, p);
-  if (st == DEVRT_OK && want_plain(s)) plainify(p, plain_requested); /* the split's partitions, on every SM */
+  if (st == DEVRT_OK && want_plain(s))
+    plainify(p, plain_requested); /* the split's partitions, on every SM */
   return st;
 }
 
-devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout_plan* out) {
+devrt_status devrt_layout_plan_get(devrt_runtime* rt, const devrt_layout_spec* spec,
+                                   devrt_layout_plan* out) {
   DV_RT_CHECK(rt, "devrt_layout_plan_get");
   DV_ARG_CHECK(out, "devrt_layout_plan_get", "out is NULL");
   bool fallback;
@@ -296,13 +333,15 @@ static void layout_free(devrt_runtime* rt, devrt_layout* l) {
 }
 
 /* Green contexts for every partition of the split (granted SMs read back from each). */
-static devrt_status build_greens(devrt_runtime* rt, const devrt_layout_spec* s, split* x, devrt_layout* l) {
+static devrt_status build_greens(devrt_runtime* rt, const devrt_layout_spec* s, split* x,
+                                 devrt_layout* l) {
   for (unsigned i = 0; i < l->plan.partitions; i++) {
     devrt_partition* p = &l->parts[i];
     dv_res res[2];
     unsigned n = 1;
     res[0] = p->remainder ? x->rem : x->groups[i];
-    if (!p->remainder && i + 1 == x->n && s->remainder == DEVRT_REMAINDER_MERGE && x->rem.sms) res[n++] = x->rem;
+    if (!p->remainder && i + 1 == x->n && s->remainder == DEVRT_REMAINDER_MERGE && x->rem.sms)
+      res[n++] = x->rem;
     DV_CHECK(rt->be->green_create(rt->dev, res, n, &p->green));
     dv_res got;
     DV_CHECK(rt->be->green_resource(p->green, &got));
@@ -315,24 +354,31 @@ static devrt_status build_greens(devrt_runtime* rt, const devrt_layout_spec* s, 
 static devrt_status build_pools(devrt_runtime* rt, const devrt_layout_spec* s, devrt_layout* l) {
   devrt_resource* top = NULL;
   DV_CHECK(devrt_runtime_resource(rt, &top));
-  unsigned fair = rt->cfg.partition_streams / l->plan.partitions; /* the default: a fair share, at most 4 */
-  unsigned streams = s->streams ? s->streams : fair < DEFAULT_STREAMS ? (fair ? fair : 1) : DEFAULT_STREAMS;
+  unsigned fair =
+      rt->cfg.partition_streams / l->plan.partitions; /* the default: a fair share, at most 4 */
+  unsigned streams = s->streams               ? s->streams
+                     : fair < DEFAULT_STREAMS ? (fair ? fair : 1)
+                                              : DEFAULT_STREAMS;
   for (unsigned i = 0; i < l->plan.partitions; i++) {
     devrt_partition* p = &l->parts[i];
     if (!p->green) p->sms = l->plan.sm_counts[i];
-    int prio = s->priorities && i < (s->count ? s->count : s->groups) && !p->remainder ? s->priorities[i] : rt->cfg.stream_priority;
+    int prio = s->priorities && i < (s->count ? s->count : s->groups) && !p->remainder
+                   ? s->priorities[i]
+                   : rt->cfg.stream_priority;
     DV_CHECK(dv_pool_create(rt, streams, p->green, prio, p, &p->pool));
     if (dv_budget_is(top)) {
       DV_CHECK(devrt_budget_create_child(top, dv_budget_limit(top), &p->budget));
     } else { /* a caller's stack without a budget on top: the sub-budget caps only this partition */
-      devrt_budget_options o = {.limit_bytes = rt->info.total_memory ? rt->info.total_memory : UINT64_MAX};
+      devrt_budget_options o = {.limit_bytes =
+                                    rt->info.total_memory ? rt->info.total_memory : UINT64_MAX};
       DV_CHECK(devrt_budget_create(top, &o, &p->budget));
     }
   }
   return DEVRT_OK;
 }
 
-devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spec, devrt_layout** out) {
+devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spec,
+                                 devrt_layout** out) {
   DV_RT_CHECK(rt, "devrt_layout_create");
   DV_ARG_CHECK(out, "devrt_layout_create", "out is NULL");
   uint64_t t0 = now_ns();
@@ -340,8 +386,9 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
   bool fallback;
   split* x = calloc(1, sizeof *x);
   devrt_layout* l = calloc(1, sizeof *l + DEVRT_MAX_PARTITIONS * sizeof l->parts[0]);
-  devrt_status st = x && l ? plan(rt, spec, &pl, &fallback, x, "devrt_layout_create")
-                           : dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_layout_create: out of host memory");
+  devrt_status st =
+      x && l ? plan(rt, spec, &pl, &fallback, x, "devrt_layout_create")
+             : dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_layout_create: out of host memory");
   if (st != DEVRT_OK) {
     free(x);
     free(l);
@@ -355,11 +402,13 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
     st = peel(rt, spec, x);
     if (st == DEVRT_OK) st = build_greens(rt, spec, x, l);
     split_free(rt, x);
-    if (st == DEVRT_ERR_UNSUPPORTED && (spec->flags & DEVRT_LAYOUT_ALLOW_FALLBACK)) { /* refused: plain streams */
+    if (st == DEVRT_ERR_UNSUPPORTED &&
+        (spec->flags & DEVRT_LAYOUT_ALLOW_FALLBACK)) { /* refused: plain streams */
       char why[160];
       snprintf(why, sizeof why, "green contexts refused: %.130s", devrt_last_error());
       for (unsigned i = 0; i < l->plan.partitions; i++)
-        if (l->parts[i].green) rt->be->green_destroy(rt->dev, l->parts[i].green), l->parts[i].green = NULL;
+        if (l->parts[i].green)
+          rt->be->green_destroy(rt->dev, l->parts[i].green), l->parts[i].green = NULL;
       plainify(&l->plan, why);
       st = DEVRT_OK;
       fallback = true;
@@ -389,15 +438,20 @@ devrt_status devrt_layout_destroy(devrt_runtime* rt, devrt_layout* layout) {
   devrt_status st = DEVRT_OK;
   if (atomic_load(&L_->active) == layout || atomic_load(&layout->busy))
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: layout %p is %s", (void*)layout,
-                 atomic_load(&layout->busy) ? "handing out a stream on another thread" : "active (devrt_layout_activate(rt, NULL) first)");
+                 atomic_load(&layout->busy) ? "handing out a stream on another thread"
+                                            : "active (devrt_layout_activate(rt, NULL) first)");
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned i = 0; st == DEVRT_OK && i < layout->plan.partitions; i++) {
     devrt_partition* p = &layout->parts[i];
     if (p->pool.in_use)
-      st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: partition %u has %u stream(s) held (release them first)", i, p->pool.in_use);
+      st = dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_layout_destroy: partition %u has %u stream(s) held (release them first)",
+                   i, p->pool.in_use);
     else if (dv_budget_live(p->budget))
-      st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: partition %u has %" PRIu64 " live bytes (free its blocks first)", i,
-                   dv_budget_live(p->budget));
+      st = dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_layout_destroy: partition %u has %" PRIu64
+                   " live bytes (free its blocks first)",
+                   i, dv_budget_live(p->budget));
   }
   pthread_mutex_unlock(&rt->pool_mu);
   if (st == DEVRT_OK) { /* unlink: no call can reach it any more */
@@ -417,11 +471,15 @@ devrt_status devrt_layout_activate(devrt_runtime* rt, devrt_layout* layout) {
   bool ok = !layout || live(L, layout);
   if (ok) atomic_store_explicit(&L->active, layout, memory_order_release);
   pthread_mutex_unlock(&L->mu);
-  if (!ok) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_layout_activate: layout %p is destroyed or another runtime's", (void*)layout);
+  if (!ok)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "devrt_layout_activate: layout %p is destroyed or another runtime's",
+                   (void*)layout);
   return DEVRT_OK;
 }
 
-devrt_status devrt_layout_info_get(devrt_runtime* rt, devrt_layout* layout, devrt_layout_info* out) {
+devrt_status devrt_layout_info_get(devrt_runtime* rt, devrt_layout* layout,
+                                   devrt_layout_info* out) {
   DV_ARG_CHECK(out, "devrt_layout_info_get", "out is NULL");
   LOCKED_LAYOUT(rt, layout, "devrt_layout_info_get");
   out->plan = layout->plan;
@@ -431,17 +489,21 @@ devrt_status devrt_layout_info_get(devrt_runtime* rt, devrt_layout* layout, devr
   return DEVRT_OK;
 }
 
-devrt_status devrt_layout_partition(devrt_runtime* rt, devrt_layout* layout, unsigned index, devrt_partition** out) {
+devrt_status devrt_layout_partition(devrt_runtime* rt, devrt_layout* layout, unsigned index,
+                                    devrt_partition** out) {
   DV_ARG_CHECK(out, "devrt_layout_partition", "out is NULL");
   LOCKED_LAYOUT(rt, layout, "devrt_layout_partition");
   unsigned n = layout->plan.partitions;
   if (index < n) *out = &layout->parts[index];
   pthread_mutex_unlock(&L_->mu);
-  if (index >= n) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_layout_partition: index %u, the layout has %u partitions", index, n);
+  if (index >= n)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "devrt_layout_partition: index %u, the layout has %u partitions", index, n);
   return DEVRT_OK;
 }
 
-devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p, devrt_partition_info* out) {
+devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p,
+                                      devrt_partition_info* out) {
   DV_ARG_CHECK(out, "devrt_partition_info_get", "out is NULL");
   LOCKED_PARTITION(rt, p, "devrt_partition_info_get");
   memset(out, 0, sizeof *out);
@@ -463,8 +525,8 @@ devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p, dev
 
 /* Runs an acquire on one of a layout's pools with the layout marked busy, so it cannot be
  * destroyed under the acquire (which may wait) and without holding the layouts' lock. */
-static devrt_status acquire_busy(devrt_runtime* rt, devrt_layout* l, dv_pool* pool, devrt_acquire_mode mode, devrt_stream* out,
-                                 const char* call) {
+static devrt_status acquire_busy(devrt_runtime* rt, devrt_layout* l, dv_pool* pool,
+                                 devrt_acquire_mode mode, devrt_stream* out, const char* call) {
   atomic_fetch_add(&l->busy, 1);
   pthread_mutex_unlock(&rt->layouts->mu);
   devrt_status st = dv_pool_acquire(rt, pool, mode, out, call);
@@ -472,16 +534,20 @@ static devrt_status acquire_busy(devrt_runtime* rt, devrt_layout* l, dv_pool* po
   return st;
 }
 
-devrt_status devrt_partition_stream_acquire(devrt_runtime* rt, devrt_partition* p, devrt_acquire_mode mode, devrt_stream* out) {
+devrt_status devrt_partition_stream_acquire(devrt_runtime* rt, devrt_partition* p,
+                                            devrt_acquire_mode mode, devrt_stream* out) {
   DV_ARG_CHECK(out, "devrt_partition_stream_acquire", "out is NULL");
-  DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_partition_stream_acquire", "unknown mode %d", (int)mode);
+  DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_partition_stream_acquire",
+               "unknown mode %d", (int)mode);
   LOCKED_PARTITION(rt, p, "devrt_partition_stream_acquire");
   return acquire_busy(rt, owner_, &p->pool, mode, out, "devrt_partition_stream_acquire");
 }
 
-devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out, const char* call) {
+devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out,
+                                const char* call) {
   dv_layouts* L = rt->layouts;
-  if (DV_LIKELY(!atomic_load_explicit(&L->active, memory_order_acquire))) return dv_pool_acquire(rt, &rt->pool, mode, out, call);
+  if (DV_LIKELY(!atomic_load_explicit(&L->active, memory_order_acquire)))
+    return dv_pool_acquire(rt, &rt->pool, mode, out, call);
   pthread_mutex_lock(&L->mu);
   devrt_layout* a = atomic_load_explicit(&L->active, memory_order_relaxed);
   if (!a) {
@@ -501,7 +567,8 @@ devrt_status devrt_stream_partition(devrt_runtime* rt, devrt_stream stream, devr
   return DEVRT_OK;
 }
 
-devrt_status devrt_partition_set_budget(devrt_runtime* rt, devrt_partition* p, uint64_t limit_bytes) {
+devrt_status devrt_partition_set_budget(devrt_runtime* rt, devrt_partition* p,
+                                        uint64_t limit_bytes) {
   LOCKED_PARTITION(rt, p, "devrt_partition_set_budget");
   devrt_status st = dv_budget_set_limit(p->budget, limit_bytes, "devrt_partition_set_budget");
   pthread_mutex_unlock(&L_->mu);
@@ -516,13 +583,19 @@ devrt_status devrt_partition_resource(devrt_runtime* rt, devrt_partition* p, dev
   return DEVRT_OK;
 }
 
-devrt_status devrt_partitions_disjoint(devrt_runtime* rt, devrt_partition* a, devrt_partition* b, bool* out) {
+devrt_status devrt_partitions_disjoint(devrt_runtime* rt, devrt_partition* a, devrt_partition* b,
+                                       bool* out) {
   DV_ARG_CHECK(out, "devrt_partitions_disjoint", "out is NULL");
   LOCKED_PARTITION(rt, a, "devrt_partitions_disjoint");
   devrt_layout* lb = owner(L_, b);
   pthread_mutex_unlock(&L_->mu);
-  if (!lb) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_partitions_disjoint: partition %p is NULL, of a destroyed layout or another runtime's", (void*)b);
-  *out = lb == owner_ && a != b && a->green && b->green; /* one split: disjoint; separate splits: never assumed */
+  if (!lb)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "devrt_partitions_disjoint: partition %p is NULL, of a destroyed layout or "
+                   "another runtime's",
+                   (void*)b);
+  *out = lb == owner_ && a != b && a->green &&
+         b->green; /* one split: disjoint; separate splits: never assumed */
   return DEVRT_OK;
 }
 

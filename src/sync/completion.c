@@ -7,7 +7,8 @@
 #include <time.h>
 #include "sync.h"
 
-#define POLL_NS 50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */
+#define POLL_NS \
+  50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */
 
 void dv_watch(devrt_semaphore* s) {
   if (s->watched) return;
@@ -37,20 +38,29 @@ static devrt_status follow(devrt_runtime* rt, dv_pev* ev, dv_event** bev) {
   unsigned i = ev->slot;
   devrt_status st = DEVRT_OK;
   if (!q->side[i]) st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &q->side[i]);
-  if (st == DEVRT_OK && bev && !q->bev[i]) st = rt->be->event_create(rt->dev, DEVRT_EVENT_BLOCKING_SYNC, &q->bev[i]);
+  if (st == DEVRT_OK && bev && !q->bev[i])
+    st = rt->be->event_create(rt->dev, DEVRT_EVENT_BLOCKING_SYNC, &q->bev[i]);
   if (st == DEVRT_OK) st = dv_pev_wait(rt, q->side[i], ev, NULL);
-  if (st == DEVRT_OK) st = bev ? rt->be->event_record(*bev = q->bev[i], q->side[i]) : rt->be->host_func(q->side[i], post, q);
+  if (st == DEVRT_OK)
+    st = bev ? rt->be->event_record(*bev = q->bev[i], q->side[i])
+             : rt->be->host_func(q->side[i], post, q);
   return st;
 }
 
-typedef struct target { devrt_semaphore* s; dv_pev* ev; uint64_t value, order; } target;
+typedef struct target {
+  devrt_semaphore* s;
+  dv_pev* ev;
+  uint64_t value, order;
+} target;
 
 /* What s needs observed: the scheduled signal reaching the smallest value a host waiter or a
  * parked host call waits for. False (and s leaves the watch list) when there is none; scheduling
  * that value puts s back. */
 static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_it) {
   pthread_mutex_lock(&s->mu);
-  dv_tp* tp = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE ? dv_sem_find(s, dv_sem_needed(s)) : NULL;
+  dv_tp* tp = atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE
+                  ? dv_sem_find(s, dv_sem_needed(s))
+                  : NULL;
   if (tp) {
     *t = (target){s, tp->ev, tp->value, tp->order};
     dv_pev_ref(t->ev);
@@ -102,7 +112,8 @@ static void* complete_main(void* arg) {
       }
       if (arm_it && follow(rt, t.ev, NULL) != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       s->wnext = keep, keep = s; /* still watched: needed() may say otherwise next time */
-      if (dv_sem_observe(s, t.ev, t.value)) progress = true;
+      if (dv_sem_observe(s, t.ev, t.value))
+        progress = true;
       else if (!oldest.s || t.order < oldest.order) {
         if (oldest.s) dv_pev_unref(rt, oldest.ev);
         oldest = t, t.ev = NULL;

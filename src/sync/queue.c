@@ -19,11 +19,21 @@ void dv_action_free(dv_action* a) {
 /* What a does, for failure messages. */
 static const char* describe(const dv_action* a, char* buf, size_t n) {
   switch (a->kind) {
-    case DEVRT_WORK_LAUNCH: snprintf(buf, n, "queued launch of %s", dv_launch_name(&a->launch)); break;
-    case DEVRT_WORK_HOST_CALL: snprintf(buf, n, "host call %p(%p)", (void*)(uintptr_t)a->fn, a->user); break;
-    case DEVRT_WORK_ALLOC: snprintf(buf, n, "queued allocation of %zu bytes (tag %s)", a->size, a->tag ? a->tag : "untagged"); break;
-    case DEVRT_WORK_FREE: snprintf(buf, n, "queued free of block %#" PRIx64, a->block); break;
-    default: snprintf(buf, n, "barrier");
+    case DEVRT_WORK_LAUNCH:
+      snprintf(buf, n, "queued launch of %s", dv_launch_name(&a->launch));
+      break;
+    case DEVRT_WORK_HOST_CALL:
+      snprintf(buf, n, "host call %p(%p)", (void*)(uintptr_t)a->fn, a->user);
+      break;
+    case DEVRT_WORK_ALLOC:
+      snprintf(buf, n, "queued allocation of %zu bytes (tag %s)", a->size,
+               a->tag ? a->tag : "untagged");
+      break;
+    case DEVRT_WORK_FREE:
+      snprintf(buf, n, "queued free of block %#" PRIx64, a->block);
+      break;
+    default:
+      snprintf(buf, n, "barrier");
   }
   return buf;
 }
@@ -49,10 +59,14 @@ static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev*
       a->block = 0; /* committed, or released by the failed commit: nothing left to cancel */
       return st;
     }
-    case DEVRT_WORK_FREE: DV_CHECK(dv_block_free_on(rt, a->block, id, s)); break;
-    default: break;
+    case DEVRT_WORK_FREE:
+      DV_CHECK(dv_block_free_on(rt, a->block, id, s));
+      break;
+    default:
+      break;
   }
-  return want ? dv_pev_record(rt, DV_SID_SLOT(id), s, want) : DEVRT_OK; /* barrier or free: mark where it ends */
+  return want ? dv_pev_record(rt, DV_SID_SLOT(id), s, want)
+              : DEVRT_OK; /* barrier or free: mark where it ends */
 }
 
 /* Issues a on its stream after device waits on evs (references it drops), then schedules its
@@ -69,7 +83,9 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
     if (st == DEVRT_OK) dv_waits_add(rt, slot, evs[i], w, &waits);
     dv_pev_unref(rt, evs[i]);
   }
-  if (st == DEVRT_OK && waits) st = dv_slot_settle(rt, slot, NULL, 0, NULL); /* the slot's newest point stays before the waits */
+  if (st == DEVRT_OK && waits)
+    st = dv_slot_settle(rt, slot, NULL, 0,
+                        NULL); /* the slot's newest point stays before the waits */
   for (unsigned i = 0; i < waits; i++) {
     if (st == DEVRT_OK) st = dv_pev_wait(rt, s, w[i].ev, NULL);
     dv_pev_unref(rt, w[i].ev);
@@ -85,9 +101,12 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
     if (st == DEVRT_ERR_DEVICE_LOST) dv_device_lost(rt, msg); /* a sticky CUDA error */
     return;
   }
-  if (dispatcher) STAT(rt->q, dispatched);
-  else STAT(rt->q, inline_);
-  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_schedule(a->signals[i].semaphore, a->signals[i].value, ev);
+  if (dispatcher)
+    STAT(rt->q, dispatched);
+  else
+    STAT(rt->q, inline_);
+  for (unsigned i = 0; i < a->nsignals; i++)
+    dv_sem_schedule(a->signals[i].semaphore, a->signals[i].value, ev);
   if (ev) dv_pev_unref(rt, ev);
   dv_action_free(a);
 }
@@ -97,12 +116,14 @@ static void run_host_call(dv_action* a) {
   devrt_status st = a->fn(a->user);
   if (st != DEVRT_OK) {
     char msg[DV_MSG], what[128];
-    snprintf(msg, sizeof msg, "%s returned %s: %s", describe(a, what, sizeof what), devrt_status_name(st), devrt_last_error());
+    snprintf(msg, sizeof msg, "%s returned %s: %s", describe(a, what, sizeof what),
+             devrt_status_name(st), devrt_last_error());
     dv_action_fail(a, st, msg);
     return;
   }
   STAT(a->rt->q, dispatched);
-  for (unsigned i = 0; i < a->nsignals; i++) dv_sem_complete(a->signals[i].semaphore, a->signals[i].value, false);
+  for (unsigned i = 0; i < a->nsignals; i++)
+    dv_sem_complete(a->signals[i].semaphore, a->signals[i].value, false);
   dv_action_free(a);
 }
 
@@ -110,8 +131,10 @@ static void push_ready(dv_action* a) {
   dv_queue* q = a->rt->q;
   a->next = NULL;
   pthread_mutex_lock(&q->mu);
-  if (q->ready_tail) q->ready_tail->next = a;
-  else q->ready = a;
+  if (q->ready_tail)
+    q->ready_tail->next = a;
+  else
+    q->ready = a;
   q->ready_tail = a;
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
@@ -128,7 +151,8 @@ static bool try_issue(dv_action* a, bool dispatcher) {
   devrt_status cause = DEVRT_OK;
   char msg[DV_MSG];
   for (unsigned i = 0; i < a->nwaits; i++) {
-    dv_wait_result r = dv_sem_resolve(a->waits[i].semaphore, a->waits[i].value, a, &evs[nev], &cause, msg);
+    dv_wait_result r =
+        dv_sem_resolve(a->waits[i].semaphore, a->waits[i].value, a, &evs[nev], &cause, msg);
     if (r == DV_WAIT_EVENT) nev++;
     if (r == DV_WAIT_PARKED || r == DV_WAIT_FAILED) {
       while (nev) dv_pev_unref(rt, evs[--nev]);
@@ -136,9 +160,12 @@ static bool try_issue(dv_action* a, bool dispatcher) {
       return r == DV_WAIT_FAILED || a_was_heap;
     }
   }
-  if (a->kind != DEVRT_WORK_HOST_CALL) issue(a, evs, nev, dispatcher);
-  else if (dispatcher) run_host_call(a);
-  else push_ready(a);
+  if (a->kind != DEVRT_WORK_HOST_CALL)
+    issue(a, evs, nev, dispatcher);
+  else if (dispatcher)
+    run_host_call(a);
+  else
+    push_ready(a);
   return true;
 }
 
@@ -197,8 +224,10 @@ void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s) {
 void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s) {
   dv_queue* q = rt->q;
   pthread_mutex_lock(&q->mu);
-  if (s->prev) s->prev->next = s->next;
-  else q->live = s->next;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    q->live = s->next;
   if (s->next) s->next->prev = s->prev;
   q->nlive--;
   pthread_mutex_unlock(&q->mu);
@@ -206,42 +235,56 @@ void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s) {
 
 /* ---- submit ---- */
 
-static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l, unsigned n, unsigned max, bool signal) {
+static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l, unsigned n,
+                               unsigned max, bool signal) {
   const char* what = signal ? "signal" : "wait";
-  DV_ARG_CHECK(n <= max && (l || !n), "devrt_queue_submit", "%u %ss (at most %u) at %p", n, what, max, (const void*)l);
+  DV_ARG_CHECK(n <= max && (l || !n), "devrt_queue_submit", "%u %ss (at most %u) at %p", n, what,
+               max, (const void*)l);
   for (unsigned i = 0; i < n; i++) {
     devrt_semaphore* s = l[i].semaphore;
-    DV_ARG_CHECK(dv_sem_ok(s), "devrt_queue_submit", "%s %u: semaphore %p is NULL or destroyed", what, i, (void*)s);
-    DV_ARG_CHECK(s->rt == rt, "devrt_queue_submit", "%s %u: semaphore %p belongs to another runtime", what, i, (void*)s);
-    DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit", "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
+    DV_ARG_CHECK(dv_sem_ok(s), "devrt_queue_submit", "%s %u: semaphore %p is NULL or destroyed",
+                 what, i, (void*)s);
+    DV_ARG_CHECK(s->rt == rt, "devrt_queue_submit",
+                 "%s %u: semaphore %p belongs to another runtime", what, i, (void*)s);
+    DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit",
+                 "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
     uint64_t cur = atomic_load_explicit(&s->value, memory_order_acquire);
-    DV_ARG_CHECK(!signal || l[i].value > cur, "devrt_queue_submit", "signal %u: value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p",
+    DV_ARG_CHECK(!signal || l[i].value > cur, "devrt_queue_submit",
+                 "signal %u: value %" PRIu64 " is not above the current %" PRIu64
+                 " of semaphore %p",
                  i, l[i].value, cur, (void*)s);
   }
   return DEVRT_OK;
 }
 
-static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, unsigned* nargs, size_t* argbytes) {
+static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, unsigned* nargs,
+                             size_t* argbytes) {
   DV_ARG_CHECK(sub, "devrt_queue_submit", "submission is NULL");
   DV_CHECK(check_list(rt, sub->waits, sub->nwaits, DEVRT_QUEUE_MAX_WAITS, false));
   DV_CHECK(check_list(rt, sub->signals, sub->nsignals, DEVRT_QUEUE_MAX_SIGNALS, true));
   dv_stream* s;
   if (sub->stream) DV_CHECK(dv_stream_get(rt, sub->stream, &s, "devrt_queue_submit"));
   switch (sub->kind) {
-    case DEVRT_WORK_BARRIER: return DEVRT_OK;
+    case DEVRT_WORK_BARRIER:
+      return DEVRT_OK;
     case DEVRT_WORK_LAUNCH:
       DV_CHECK(dv_launch_check(rt, &sub->launch));
-      for (unsigned i = 0; i < sub->launch.nuses; i++) DV_CHECK(dv_block_check(rt, sub->launch.uses[i].block, "devrt_queue_submit"));
+      for (unsigned i = 0; i < sub->launch.nuses; i++)
+        DV_CHECK(dv_block_check(rt, sub->launch.uses[i].block, "devrt_queue_submit"));
       return dv_launch_args_size(&sub->launch, nargs, argbytes);
     case DEVRT_WORK_HOST_CALL:
       DV_ARG_CHECK(sub->host.fn, "devrt_queue_submit", "host call without a function");
       return DEVRT_OK;
     case DEVRT_WORK_ALLOC:
-      DV_ARG_CHECK(sub->alloc.size && sub->alloc.out, "devrt_queue_submit", "allocation of %zu bytes into %p (tag %s)", sub->alloc.size,
+      DV_ARG_CHECK(sub->alloc.size && sub->alloc.out, "devrt_queue_submit",
+                   "allocation of %zu bytes into %p (tag %s)", sub->alloc.size,
                    (void*)sub->alloc.out, sub->alloc.tag ? sub->alloc.tag : "untagged");
       return DEVRT_OK;
-    case DEVRT_WORK_FREE: return dv_block_check(rt, sub->block, "devrt_queue_submit");
-    default: return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
+    case DEVRT_WORK_FREE:
+      return dv_block_check(rt, sub->block, "devrt_queue_submit");
+    default:
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
   }
 }
 
@@ -255,11 +298,14 @@ static void borrow_work(dv_action* a, const devrt_submission* sub) {
 static size_t up16(size_t x) { return (x + 15) & ~(size_t)15; }
 
 /* Copies the submission (lists, uses, kernel arguments) into one allocation. */
-static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned nargs, size_t argbytes) {
-  size_t nw = sub->nwaits * sizeof(devrt_semaphore_value), ns = sub->nsignals * sizeof(devrt_semaphore_value);
+static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned nargs,
+                        size_t argbytes) {
+  size_t nw = sub->nwaits * sizeof(devrt_semaphore_value),
+         ns = sub->nsignals * sizeof(devrt_semaphore_value);
   size_t nu = sub->kind == DEVRT_WORK_LAUNCH ? sub->launch.nuses * sizeof(devrt_block_use) : 0;
   size_t np = nargs * sizeof(void*);
-  unsigned char* m = malloc(up16(sizeof(dv_action)) + up16(nw) + up16(ns) + up16(nu) + up16(np) + argbytes);
+  unsigned char* m =
+      malloc(up16(sizeof(dv_action)) + up16(nw) + up16(ns) + up16(nu) + up16(np) + argbytes);
   if (!m) return NULL;
   dv_action* a = (dv_action*)m;
   memset(a, 0, sizeof *a);
@@ -291,7 +337,8 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   devrt_status st = validate(rt, sub, &nargs, &argbytes);
   if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))
     st = dv_fail(DEVRT_ERR_DEVICE_LOST, "devrt_queue_submit: %s", q->lost_msg);
-  if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC) st = dv_block_reserve(rt, sub->alloc.size, sub->stream, sub->alloc.tag, &blk);
+  if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC)
+    st = dv_block_reserve(rt, sub->alloc.size, sub->stream, sub->alloc.tag, &blk);
   if (st != DEVRT_OK) {
     STAT(q, refused);
     return st;
@@ -299,15 +346,22 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   STAT(q, submitted);
   if (sub->kind == DEVRT_WORK_ALLOC) *sub->alloc.out = blk;
   /* Issued at once, the submission is used in place; only one that must park is copied. */
-  dv_action now = {.rt = rt, .kind = sub->kind, .stream = sub->stream, .waits = (devrt_semaphore_value*)sub->waits,
-                   .signals = (devrt_semaphore_value*)sub->signals, .nwaits = sub->nwaits, .nsignals = sub->nsignals,
-                   .launch = sub->launch, .block = blk};
+  dv_action now = {.rt = rt,
+                   .kind = sub->kind,
+                   .stream = sub->stream,
+                   .waits = (devrt_semaphore_value*)sub->waits,
+                   .signals = (devrt_semaphore_value*)sub->signals,
+                   .nwaits = sub->nwaits,
+                   .nsignals = sub->nsignals,
+                   .launch = sub->launch,
+                   .block = blk};
   borrow_work(&now, sub);
   if (sub->kind != DEVRT_WORK_HOST_CALL && try_issue(&now, false)) return DEVRT_OK;
   dv_action* a = build(rt, sub, nargs, argbytes);
   if (!a) { /* accepted already: the failure goes to its signals */
     now.heap = false;
-    dv_action_fail(&now, DEVRT_ERR_OUT_OF_RESOURCES, "devrt_queue_submit: out of host memory to park a submission");
+    dv_action_fail(&now, DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_queue_submit: out of host memory to park a submission");
     return DEVRT_OK;
   }
   if (blk) a->block = blk; /* the reservation made above */
@@ -320,11 +374,20 @@ devrt_status devrt_queue_stats_get(devrt_runtime* rt, devrt_queue_stats* out) {
   DV_ARG_CHECK(out, "devrt_queue_stats_get", "out is NULL");
   dv_queue* q = rt->q;
 #define LD(f) atomic_load_explicit(&q->f, memory_order_relaxed)
-  *out = (devrt_queue_stats){.submitted = LD(submitted), .refused = LD(refused), .issued_inline = LD(inline_),
-                             .parked = LD(parked), .issued_by_dispatch = LD(dispatched), .host_calls = LD(host_calls),
-                             .failed = LD(failed), .device_waits = LD(dwaits), .host_hops = LD(hops),
-                             .dispatch_wakeups = LD(dwake), .completion_wakeups = LD(cwake), .completions = LD(completions),
-                             .completion = (devrt_completion_mode)rt->cfg.completion, .device_lost = LD(lost)};
+  *out = (devrt_queue_stats){.submitted = LD(submitted),
+                             .refused = LD(refused),
+                             .issued_inline = LD(inline_),
+                             .parked = LD(parked),
+                             .issued_by_dispatch = LD(dispatched),
+                             .host_calls = LD(host_calls),
+                             .failed = LD(failed),
+                             .device_waits = LD(dwaits),
+                             .host_hops = LD(hops),
+                             .dispatch_wakeups = LD(dwake),
+                             .completion_wakeups = LD(cwake),
+                             .completions = LD(completions),
+                             .completion = (devrt_completion_mode)rt->cfg.completion,
+                             .device_lost = LD(lost)};
 #undef LD
   return DEVRT_OK;
 }
@@ -337,7 +400,8 @@ devrt_status dv_queue_init(devrt_runtime* rt) {
   if (!q || !q->side || !q->bev) {
     if (q) free(q->side), free(q->bev);
     free(q);
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: out of host memory for the submission queue");
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_runtime: out of host memory for the submission queue");
   }
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
@@ -347,7 +411,8 @@ devrt_status dv_queue_init(devrt_runtime* rt) {
   if (pthread_create(&q->dispatcher, NULL, dispatch_main, rt) == 0) q->dispatcher_up = true;
   if (q->dispatcher_up && dv_completion_start(rt) == DEVRT_OK) return DEVRT_OK;
   dv_queue_fini(rt);
-  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_runtime: cannot start the queue's dispatch and completion threads");
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                 "devrt_runtime: cannot start the queue's dispatch and completion threads");
 }
 
 devrt_status dv_queue_fini(devrt_runtime* rt) {
@@ -358,7 +423,10 @@ devrt_status dv_queue_fini(devrt_runtime* rt) {
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
   if (live)
-    return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_runtime_destroy: %u semaphore(s) of this runtime are alive: destroy them first", live);
+    return dv_fail(
+        DEVRT_ERR_INVALID_STATE,
+        "devrt_runtime_destroy: %u semaphore(s) of this runtime are alive: destroy them first",
+        live);
   if (q->dispatcher_up) pthread_join(q->dispatcher, NULL);
   dv_completion_stop(rt);
   pthread_mutex_destroy(&q->mu);

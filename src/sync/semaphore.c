@@ -10,13 +10,15 @@
 #include "sync.h"
 
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
-#define NOT_YET DEVRT_STATUS_COUNT_      /* internal: a wait not satisfied yet */
+#define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */
 
-bool dv_sem_ok(devrt_semaphore* s) { return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC; }
-#define SEM_CHECK(s, call)                                                                    \
-  do {                                                                                        \
-    dv_error_clear(); /* a public call's entry: see error.h */                                \
-    DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s));        \
+bool dv_sem_ok(devrt_semaphore* s) {
+  return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC;
+}
+#define SEM_CHECK(s, call)                                                             \
+  do {                                                                                 \
+    dv_error_clear(); /* a public call's entry: see error.h */                         \
+    DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s)); \
   } while (0)
 
 static uint64_t now_ns(void) {
@@ -31,7 +33,9 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-void dv_sem_ref(devrt_semaphore* s) { atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed); }
+void dv_sem_ref(devrt_semaphore* s) {
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
 
 void dv_sem_unref(devrt_semaphore* s) {
   if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
@@ -74,8 +78,10 @@ static dv_action* heap_pop(dv_heap* h) {
 /* ---- state changes (all under s->mu) ---- */
 
 static void unlink_node(devrt_semaphore* s, dv_wnode* n) {
-  if (n->prev) n->prev->next = n->next;
-  else s->waiters = n->next;
+  if (n->prev)
+    n->prev->next = n->next;
+  else
+    s->waiters = n->next;
   if (n->next) n->next->prev = n->prev;
   n->linked = false;
 }
@@ -95,17 +101,23 @@ static void fire_upto(devrt_semaphore* s, uint64_t v) {
   }
 }
 
-static uint64_t sched(devrt_semaphore* s) { return atomic_load_explicit(&s->scheduled, memory_order_acquire); }
+static uint64_t sched(devrt_semaphore* s) {
+  return atomic_load_explicit(&s->scheduled, memory_order_acquire);
+}
 static void raise_sched(devrt_semaphore* s, uint64_t v) { /* under mu */
   if (sched(s) < v) atomic_store_explicit(&s->scheduled, v, memory_order_release);
 }
 
 static void drop_tp(devrt_semaphore* s, dv_tp* t) {
   s->ntps--;
-  if (t->prev) t->prev->next = t->next;
-  else s->head = t->next;
-  if (t->next) t->next->prev = t->prev;
-  else s->tail = t->prev;
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    s->head = t->next;
+  if (t->next)
+    t->next->prev = t->prev;
+  else
+    s->tail = t->prev;
   dv_pev_unref(s->rt, t->ev);
   free(t);
 }
@@ -130,11 +142,13 @@ uint64_t dv_sem_needed(devrt_semaphore* s) {
 static bool release_check(devrt_semaphore* s, bool gpu) {
   uint64_t v = atomic_load_explicit(&s->value, memory_order_relaxed);
   bool dead = atomic_load_explicit(&s->state, memory_order_relaxed) != SEM_LIVE;
-  bool go = heap_min(&s->dev) <= sched(s) || heap_min(&s->host) <= v || (dead && (s->dev.n || s->host.n));
+  bool go =
+      heap_min(&s->dev) <= sched(s) || heap_min(&s->host) <= v || (dead && (s->dev.n || s->host.n));
   if (!go || s->queued) return false;
   /* Device work that scheduling should already have released, freed only now that the host saw
    * the device finish: a GPU -> host -> GPU hop (never happens unless the queue is wrong). */
-  if (gpu && heap_min(&s->dev) <= v) atomic_fetch_add_explicit(&s->rt->q->hops, 1, memory_order_relaxed);
+  if (gpu && heap_min(&s->dev) <= v)
+    atomic_fetch_add_explicit(&s->rt->q->hops, 1, memory_order_relaxed);
   s->queued = true;
   dv_sem_ref(s);
   return true;
@@ -186,25 +200,35 @@ static void observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
 }
 
 void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
-  dv_tp* t = malloc(sizeof *t); /* without it the value is still reached, through the stream's order */
+  dv_tp* t =
+      malloc(sizeof *t); /* without it the value is still reached, through the stream's order */
   dv_pev* probe = NULL;
   uint64_t pv = 0;
   bool kick = false;
   pthread_mutex_lock(&s->mu);
-  if (t && atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE && v > atomic_load_explicit(&s->value, memory_order_relaxed)) {
+  if (t && atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_LIVE &&
+      v > atomic_load_explicit(&s->value, memory_order_relaxed)) {
     dv_pev_ref(ev);
-    *t = (dv_tp){.value = v, .ev = ev, .order = atomic_fetch_add_explicit(&s->rt->q->order, 1, memory_order_relaxed), .prev = s->tail};
+    *t = (dv_tp){.value = v,
+                 .ev = ev,
+                 .order = atomic_fetch_add_explicit(&s->rt->q->order, 1, memory_order_relaxed),
+                 .prev = s->tail};
     while (t->prev && t->prev->value > v) t->prev = t->prev->prev; /* out of value order: rare */
     t->next = t->prev ? t->prev->next : s->head;
-    if (t->prev) t->prev->next = t;
-    else s->head = t;
-    if (t->next) t->next->prev = t;
-    else s->tail = t;
+    if (t->prev)
+      t->prev->next = t;
+    else
+      s->head = t;
+    if (t->next)
+      t->next->prev = t;
+    else
+      s->tail = t;
     t = NULL;
     s->ntps++;
     raise_sched(s, v);
     kick = release_check(s, false);
-    for (dv_wnode *n = s->waiters, *nx; n; n = nx) { /* their value is scheduled now: they spin again */
+    for (dv_wnode *n = s->waiters, *nx; n;
+         n = nx) { /* their value is scheduled now: they spin again */
       nx = n->next;
       if (!n->sched_woken && n->value <= v) n->sched_woken = true, fire(s, n);
     }
@@ -236,7 +260,8 @@ void dv_sem_fail(devrt_semaphore* s, devrt_status cause, const char* msg) {
   if (kick) dv_queue_kick(s->rt, s);
 }
 
-dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause, char* msg) {
+dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev,
+                              devrt_status* cause, char* msg) {
   dv_wait_result r = DV_WAIT_PARKED;
   pthread_mutex_lock(&s->mu);
   int state = atomic_load_explicit(&s->state, memory_order_relaxed);
@@ -246,7 +271,9 @@ dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_p
     snprintf(msg, DV_MSG, "%s", s->msg);
   } else if (state == SEM_DESTROYED) {
     *cause = DEVRT_ERR_CANCELLED, r = DV_WAIT_FAILED;
-    snprintf(msg, DV_MSG, "semaphore %p was destroyed while a submission waited for it to reach %" PRIu64, (void*)s, v);
+    snprintf(msg, DV_MSG,
+             "semaphore %p was destroyed while a submission waited for it to reach %" PRIu64,
+             (void*)s, v);
   } else if (atomic_load_explicit(&s->value, memory_order_relaxed) >= v) {
     r = DV_WAIT_MET;
   } else if (a->kind != DEVRT_WORK_HOST_CALL && (t = dv_sem_find(s, v)) != NULL) {
@@ -288,14 +315,16 @@ dv_action* dv_sem_release(devrt_semaphore* s) {
 
 static devrt_status gone(devrt_semaphore* s, const char* call) {
   if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED)
-    return dv_fail(DEVRT_ERR_CANCELLED, "%s: semaphore %p was destroyed while the call waited", call, (void*)s);
-  return dv_fail(DEVRT_ERR_ABORTED, "%s: semaphore %p failed: %s: %s", call, (void*)s, devrt_status_name(s->cause), s->msg);
+    return dv_fail(DEVRT_ERR_CANCELLED, "%s: semaphore %p was destroyed while the call waited",
+                   call, (void*)s);
+  return dv_fail(DEVRT_ERR_ABORTED, "%s: semaphore %p failed: %s: %s", call, (void*)s,
+                 devrt_status_name(s->cause), s->msg);
 }
 
 /* OK when the wait is satisfied, ABORTED / CANCELLED (*idx names the semaphore) when one of them
  * failed or went away, NOT_YET otherwise. */
-static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode, unsigned* idx,
-                          const char* call) {
+static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t* v,
+                          devrt_wait_mode mode, unsigned* idx, const char* call) {
   unsigned met = 0, any = 0;
   for (unsigned i = 0; i < n; i++) {
     if (atomic_load_explicit(&s[i]->state, memory_order_acquire) != SEM_LIVE) {
@@ -330,8 +359,9 @@ static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
 /* Sleeps on w with a node in each semaphore not yet satisfied, until one fires (a completion, a
  * failure, a destroy, or the first scheduling of the value it waits for) or the deadline passes.
  * NOT_YET when woken but not satisfied: the caller spins again. */
-static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode, uint64_t deadline,
-                          dv_wnode* nodes, dv_waiter* w, unsigned* idx, const char* call) {
+static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t* v,
+                          devrt_wait_mode mode, uint64_t deadline, dv_wnode* nodes, dv_waiter* w,
+                          unsigned* idx, const char* call) {
   for (unsigned i = 0; i < n; i++) {
     pthread_mutex_lock(&s[i]->mu);
     if (atomic_load_explicit(&s[i]->state, memory_order_relaxed) == SEM_LIVE &&
@@ -347,8 +377,10 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
   devrt_status st = check(n, s, v, mode, idx, call);
   pthread_mutex_lock(&w->mu);
   while (st == NOT_YET && !w->fired)
-    if (deadline == UINT64_MAX) pthread_cond_wait(&w->cv, &w->mu);
-    else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) break;
+    if (deadline == UINT64_MAX)
+      pthread_cond_wait(&w->cv, &w->mu);
+    else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+      break;
   w->fired = false;
   pthread_mutex_unlock(&w->mu);
   for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
@@ -362,8 +394,9 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
 /* Spins (polling the events of the signals it waits for) up to the runtime's wait_spin_ns, then
  * blocks; a block woken because a value it waits for was just scheduled spins again, so a device
  * signal is seen when the GPU reaches it, not when the completion thread relays it. */
-static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint64_t* v, devrt_wait_mode mode,
-                              uint64_t timeout, unsigned* index, const char* call) {
+static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint64_t* v,
+                              devrt_wait_mode mode, uint64_t timeout, unsigned* index,
+                              const char* call) {
   unsigned idx = 0;
   uint64_t start = now_ns();
   uint64_t deadline = timeout > UINT64_MAX - start ? UINT64_MAX : start + timeout;
@@ -371,7 +404,9 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
   if (st == NOT_YET) {
     dv_wnode stack[16];
     dv_wnode* nodes = n <= 16 ? stack : calloc(n, sizeof *nodes);
-    if (!nodes) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory for %u wait nodes", call, n);
+    if (!nodes)
+      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory for %u wait nodes", call,
+                     n);
     dv_waiter w = {.fired = false};
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -390,7 +425,8 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
         if ((st = check(n, s, v, mode, &idx, call)) != NOT_YET) break;
         cpu_relax();
       } while ((now = now_ns()) < (spin_end < deadline ? spin_end : deadline));
-      if (st == NOT_YET && now < deadline) st = block(n, s, v, mode, deadline, nodes, &w, &idx, call);
+      if (st == NOT_YET && now < deadline)
+        st = block(n, s, v, mode, deadline, nodes, &w, &idx, call);
     }
     if (st == NOT_YET && timeout == 0) { /* a poll: one look at the events */
       poll_all(n, s, v);
@@ -403,7 +439,9 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
   }
   if (index && st != NOT_YET) *index = idx;
   if (st != NOT_YET) return st;
-  return dv_fail(DEVRT_ERR_TIMEOUT, "%s: %u semaphore(s) (first %p at %" PRIu64 ", waiting for %" PRIu64 ") not reached within %" PRIu64 " ns",
+  return dv_fail(DEVRT_ERR_TIMEOUT,
+                 "%s: %u semaphore(s) (first %p at %" PRIu64 ", waiting for %" PRIu64
+                 ") not reached within %" PRIu64 " ns",
                  call, n, (void*)s[0], atomic_load(&s[0]->value), v[0], timeout);
 }
 
@@ -412,7 +450,8 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
 devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_semaphore** out) {
   DV_RT_CHECK(rt, "devrt_semaphore_create");
   DV_ARG_CHECK(out, "devrt_semaphore_create", "out is NULL");
-  DV_ARG_CHECK(initial <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_create", "initial value %" PRIu64 " is above the maximum 2^63-1", initial);
+  DV_ARG_CHECK(initial <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_create",
+               "initial value %" PRIu64 " is above the maximum 2^63-1", initial);
   devrt_semaphore* s = calloc(1, sizeof *s);
   if (!s) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_semaphore_create: out of host memory");
   s->rt = rt;
@@ -428,7 +467,8 @@ devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_s
 
 devrt_status devrt_semaphore_destroy(devrt_semaphore* s) {
   uint64_t m = SEM_MAGIC;
-  DV_ARG_CHECK(s && atomic_compare_exchange_strong(&s->magic, &m, 0), "devrt_semaphore_destroy", "semaphore %p is NULL or destroyed", (void*)s);
+  DV_ARG_CHECK(s && atomic_compare_exchange_strong(&s->magic, &m, 0), "devrt_semaphore_destroy",
+               "semaphore %p is NULL or destroyed", (void*)s);
   pthread_mutex_lock(&s->mu);
   bool kick = kill(s, SEM_DESTROYED);
   pthread_mutex_unlock(&s->mu);
@@ -440,7 +480,8 @@ devrt_status devrt_semaphore_destroy(devrt_semaphore* s) {
 
 devrt_status devrt_semaphore_signal(devrt_semaphore* s, uint64_t v) {
   SEM_CHECK(s, "devrt_semaphore_signal");
-  DV_ARG_CHECK(v <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_signal", "value %" PRIu64 " is above the maximum 2^63-1", v);
+  DV_ARG_CHECK(v <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_signal",
+               "value %" PRIu64 " is above the maximum 2^63-1", v);
   pthread_mutex_lock(&s->mu);
   uint64_t cur = atomic_load_explicit(&s->value, memory_order_relaxed);
   int state = atomic_load_explicit(&s->state, memory_order_relaxed);
@@ -448,7 +489,9 @@ devrt_status devrt_semaphore_signal(devrt_semaphore* s, uint64_t v) {
   pthread_mutex_unlock(&s->mu);
   if (kick) dv_queue_kick(s->rt, s);
   if (state != SEM_LIVE) return gone(s, "devrt_semaphore_signal");
-  DV_ARG_CHECK(v > cur, "devrt_semaphore_signal", "value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p", v, cur, (void*)s);
+  DV_ARG_CHECK(v > cur, "devrt_semaphore_signal",
+               "value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p", v, cur,
+               (void*)s);
   return DEVRT_OK;
 }
 
@@ -466,20 +509,23 @@ devrt_status devrt_semaphore_query(devrt_semaphore* s, uint64_t* value) {
 
 devrt_status devrt_semaphore_wait(devrt_semaphore* s, uint64_t value, uint64_t timeout_ns) {
   SEM_CHECK(s, "devrt_semaphore_wait");
-  DV_ARG_CHECK(value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_wait", "value %" PRIu64 " is above the maximum 2^63-1", value);
+  DV_ARG_CHECK(value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphore_wait",
+               "value %" PRIu64 " is above the maximum 2^63-1", value);
   return wait_many(1, &s, &value, DEVRT_WAIT_ALL, timeout_ns, NULL, "devrt_semaphore_wait");
 }
 
 devrt_status devrt_semaphore_fail(devrt_semaphore* s, devrt_status status, const char* message) {
   SEM_CHECK(s, "devrt_semaphore_fail");
-  DV_ARG_CHECK(status != DEVRT_OK && (unsigned)status < DEVRT_STATUS_COUNT_, "devrt_semaphore_fail", "status %d is OK or not a devrt_status", (int)status);
+  DV_ARG_CHECK(status != DEVRT_OK && (unsigned)status < DEVRT_STATUS_COUNT_, "devrt_semaphore_fail",
+               "status %d is OK or not a devrt_status", (int)status);
   char m[256];
   snprintf(m, sizeof m, "%s", message ? message : "");
   dv_sem_fail(s, status, m);
   return DEVRT_OK;
 }
 
-devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status, const char** message) {
+devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status,
+                                     const char** message) {
   SEM_CHECK(s, "devrt_semaphore_failure");
   DV_ARG_CHECK(status && message, "devrt_semaphore_failure", "status or message is NULL");
   bool failed = atomic_load_explicit(&s->state, memory_order_acquire) == SEM_FAILED;
@@ -488,14 +534,19 @@ devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status, c
   return DEVRT_OK;
 }
 
-devrt_status devrt_semaphores_wait(unsigned n, devrt_semaphore* const* sems, const uint64_t* values, devrt_wait_mode mode,
-                                   uint64_t timeout_ns, unsigned* index) {
+devrt_status devrt_semaphores_wait(unsigned n, devrt_semaphore* const* sems, const uint64_t* values,
+                                   devrt_wait_mode mode, uint64_t timeout_ns, unsigned* index) {
   if (n == 0) return DEVRT_OK;
-  DV_ARG_CHECK(sems && values, "devrt_semaphores_wait", "sems %p or values %p is NULL for %u semaphores", (void*)sems, (const void*)values, n);
-  DV_ARG_CHECK(mode == DEVRT_WAIT_ALL || mode == DEVRT_WAIT_ANY, "devrt_semaphores_wait", "mode %d is not WAIT_ALL or WAIT_ANY", (int)mode);
+  DV_ARG_CHECK(sems && values, "devrt_semaphores_wait",
+               "sems %p or values %p is NULL for %u semaphores", (void*)sems, (const void*)values,
+               n);
+  DV_ARG_CHECK(mode == DEVRT_WAIT_ALL || mode == DEVRT_WAIT_ANY, "devrt_semaphores_wait",
+               "mode %d is not WAIT_ALL or WAIT_ANY", (int)mode);
   for (unsigned i = 0; i < n; i++) {
-    DV_ARG_CHECK(dv_sem_ok(sems[i]), "devrt_semaphores_wait", "semaphore %u (%p) is NULL or destroyed", i, (void*)sems[i]);
-    DV_ARG_CHECK(values[i] <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphores_wait", "value %u (%" PRIu64 ") is above the maximum 2^63-1", i, values[i]);
+    DV_ARG_CHECK(dv_sem_ok(sems[i]), "devrt_semaphores_wait",
+                 "semaphore %u (%p) is NULL or destroyed", i, (void*)sems[i]);
+    DV_ARG_CHECK(values[i] <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_semaphores_wait",
+                 "value %u (%" PRIu64 ") is above the maximum 2^63-1", i, values[i]);
   }
   return wait_many(n, sems, values, mode, timeout_ns, index, "devrt_semaphores_wait");
 }

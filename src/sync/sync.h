@@ -41,8 +41,14 @@ typedef struct dv_wnode {
 } dv_wnode;
 
 /* Submissions parked on one semaphore, smallest awaited value first (a binary heap). */
-typedef struct dv_park { uint64_t value; dv_action* a; } dv_park;
-typedef struct dv_heap { dv_park* v; unsigned n, cap; } dv_heap;
+typedef struct dv_park {
+  uint64_t value;
+  dv_action* a;
+} dv_park;
+typedef struct dv_heap {
+  dv_park* v;
+  unsigned n, cap;
+} dv_heap;
 
 enum { SEM_LIVE, SEM_FAILED, SEM_DESTROYED };
 #define DV_MSG 320
@@ -55,16 +61,16 @@ struct devrt_semaphore {
   _Atomic int state;      /* written under mu */
   pthread_mutex_t mu;
   _Atomic uint64_t scheduled; /* the scheduled watermark (>= value): written under mu */
-  devrt_status cause;     /* the root cause, once failed */
+  devrt_status cause;         /* the root cause, once failed */
   char msg[DV_MSG];
-  dv_tp *head, *tail;     /* device signals scheduled and not yet known complete, by value */
+  dv_tp *head, *tail; /* device signals scheduled and not yet known complete, by value */
   unsigned ntps;
   dv_wnode* waiters;
-  dv_heap dev;            /* parked device work: released once its value is scheduled */
-  dv_heap host;           /* parked host calls: released once its value has completed */
-  bool queued;            /* on the dispatcher's list (set under mu, the list under the queue's mu) */
+  dv_heap dev;  /* parked device work: released once its value is scheduled */
+  dv_heap host; /* parked host calls: released once its value has completed */
+  bool queued;  /* on the dispatcher's list (set under mu, the list under the queue's mu) */
   devrt_semaphore* qnext;
-  bool watched;           /* on the completion thread's list (set under mu, the list under cmu) */
+  bool watched; /* on the completion thread's list (set under mu, the list under cmu) */
   devrt_semaphore* wnext;
   devrt_semaphore *prev, *next; /* the runtime's live semaphores (queue's mu) */
 };
@@ -79,11 +85,11 @@ struct dv_action {
   devrt_semaphore_value *waits, *signals;
   unsigned nwaits, nsignals;
   bool heap, was_parked;
-  devrt_launch_desc launch;               /* uses and args point into this allocation */
+  devrt_launch_desc launch; /* uses and args point into this allocation */
   devrt_host_call_fn fn;
   void* user;
-  devrt_block block;                      /* ALLOC (reserved at submit) or FREE */
-  size_t size;                            /* ALLOC */
+  devrt_block block; /* ALLOC (reserved at submit) or FREE */
+  size_t size;       /* ALLOC */
   const char* tag;
   dv_action* next;
 };
@@ -91,7 +97,7 @@ struct dv_action {
 typedef struct dv_queue {
   pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
   pthread_cond_t cv;
-  devrt_semaphore* dirty; /* semaphores whose parked submissions may be released */
+  devrt_semaphore* dirty;        /* semaphores whose parked submissions may be released */
   dv_action *ready, *ready_tail; /* host calls whose waits have completed */
   devrt_semaphore* live;
   unsigned nlive;
@@ -103,15 +109,15 @@ typedef struct dv_queue {
   devrt_semaphore* watch; /* semaphores a blocked host waiter or parked host call needs */
   uint64_t posts;         /* hostfn mode: host functions run */
   _Atomic uint64_t order;
-  dv_stream** side;       /* per slot: the side stream where the completion thread follows events */
-  dv_event** bev;         /* sync mode, per slot: a blocking-sync event recorded on the side stream */
+  dv_stream** side; /* per slot: the side stream where the completion thread follows events */
+  dv_event** bev;   /* sync mode, per slot: a blocking-sync event recorded on the side stream */
   pthread_t completer;
   bool completer_up, cstop, cidle;
 
   _Atomic bool lost;
   char lost_msg[DV_MSG];
-  _Atomic uint64_t submitted, refused, inline_, parked, dispatched, host_calls, failed, dwaits, hops, dwake,
-      cwake, completions;
+  _Atomic uint64_t submitted, refused, inline_, parked, dispatched, host_calls, failed, dwaits,
+      hops, dwake, cwake, completions;
 } dv_queue;
 
 /* semaphore.c */
@@ -129,8 +135,8 @@ typedef enum { DV_WAIT_MET, DV_WAIT_EVENT, DV_WAIT_PARKED, DV_WAIT_FAILED } dv_w
 /* Resolves one wait of a: met, an event to wait on (*ev, a reference), parked, or failed (*cause
  * and msg say why). Host calls need v completed. Parked: a heap action belongs to s from then
  * on; a borrowed one is not pushed (the caller copies it to the heap and resolves again). */
-dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev, devrt_status* cause,
-                              char* msg);
+dv_wait_result dv_sem_resolve(devrt_semaphore* s, uint64_t v, dv_action* a, dv_pev** ev,
+                              devrt_status* cause, char* msg);
 /* The smallest value a host waiter or a parked host call waits for (UINT64_MAX: none). Under mu. */
 uint64_t dv_sem_needed(devrt_semaphore* s);
 /* The oldest scheduled signal that reaches v, or NULL. Under mu. */

@@ -22,9 +22,12 @@ static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s
   devrt_resource_figures f0 = fig(r);
   CHECK_STATUS(devrt_resource_deallocate(r, &local, 300, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "not a live allocation"));
-  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 256, 300, s), DEVRT_ERR_INVALID_ARGUMENT); /* inside it */
-  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 1, 300, s), DEVRT_ERR_INVALID_ARGUMENT);   /* not aligned */
-  CHECK_STATUS(devrt_resource_deallocate(r, (void*)((uintptr_t)1 << 52), 300, s), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 256, 300, s),
+               DEVRT_ERR_INVALID_ARGUMENT); /* inside it */
+  CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 1, 300, s),
+               DEVRT_ERR_INVALID_ARGUMENT); /* not aligned */
+  CHECK_STATUS(devrt_resource_deallocate(r, (void*)((uintptr_t)1 << 52), 300, s),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "not a live allocation"));
   CHECK_STATUS(devrt_resource_deallocate(r, p, 301, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "301") && strstr(devrt_last_error(), "300"));
@@ -40,7 +43,8 @@ static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s
   CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
   CHECK_OK(devrt_resource_deallocate(r, p, 300, s));
   f0 = fig(r);
-  CHECK_STATUS(devrt_resource_deallocate(r, p, 300, s), DEVRT_ERR_INVALID_ARGUMENT); /* double free */
+  CHECK_STATUS(devrt_resource_deallocate(r, p, 300, s),
+               DEVRT_ERR_INVALID_ARGUMENT); /* double free */
   CHECK(strstr(devrt_last_error(), "double free"));
   f1 = fig(r);
   CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
@@ -66,17 +70,20 @@ static void* worker(void* arg) {
   for (int op = 0; op < OPS; op++) {
     int i = rand_r(&seed) % HELD;
     if (p[i]) {
-      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK)
+        atomic_fetch_add(&g_errors, 1);
       atomic_fetch_add(&g_freed, dv_round(g_res->account, sz[i]));
       p[i] = NULL;
     } else {
       sz[i] = 1 + (size_t)(rand_r(&seed) % 65536);
-      if (devrt_resource_allocate(g_res, sz[i], s, "thread", &p[i]) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+      if (devrt_resource_allocate(g_res, sz[i], s, "thread", &p[i]) != DEVRT_OK)
+        atomic_fetch_add(&g_errors, 1);
     }
   }
   for (int i = 0; i < HELD; i++)
     if (p[i]) {
-      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+      if (devrt_resource_deallocate(g_res, p[i], sz[i], s) != DEVRT_OK)
+        atomic_fetch_add(&g_errors, 1);
       atomic_fetch_add(&g_freed, dv_round(g_res->account, sz[i]));
     }
   if (devrt_stream_release(g_rt, s) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
@@ -92,8 +99,10 @@ static void* racer(void* arg) {
   devrt_stream s = (devrt_stream)(uintptr_t)arg;
   for (int r = 1; r <= RACE_ROUNDS; r++) {
     for (unsigned n = 0; atomic_load(&g_round) < r;)
-      if (++n % 1024 == 0) sched_yield(); /* spin first, so the two frees overlap where there are cores */
-    if (devrt_resource_deallocate(g_res, atomic_load(&p_racer), 4096, s) == DEVRT_OK) atomic_fetch_add(&g_accepted, 1);
+      if (++n % 1024 == 0)
+        sched_yield(); /* spin first, so the two frees overlap where there are cores */
+    if (devrt_resource_deallocate(g_res, atomic_load(&p_racer), 4096, s) == DEVRT_OK)
+      atomic_fetch_add(&g_accepted, 1);
     atomic_fetch_add(&g_done, 1);
   }
   return NULL;
@@ -113,7 +122,8 @@ static void racing_double_free(devrt_resource* r, devrt_stream s) {
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   devrt_resource_figures f1 = fig(r);
   CHECK(atomic_load(&g_accepted) == RACE_ROUNDS);
-  CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes - f0.pending_bytes == RACE_ROUNDS * dv_round(r->account, 4096));
+  CHECK(f1.live_bytes == f0.live_bytes &&
+        f1.pending_bytes - f0.pending_bytes == RACE_ROUNDS * dv_round(r->account, 4096));
 }
 
 static void* reaper(void* arg) {
@@ -158,7 +168,8 @@ int main(void) {
   CHECK_OK(devrt_resource_deallocate(r, p[1], sizes[1], s));
   CHECK_OK(devrt_resource_deallocate(r, p[2], sizes[2], s));
   f = fig(r);
-  CHECK(f.live_bytes == sum - rounded[1] - rounded[2] && f.pending_bytes == rounded[1] + rounded[2]);
+  CHECK(f.live_bytes == sum - rounded[1] - rounded[2] &&
+        f.pending_bytes == rounded[1] + rounded[2]);
   uint64_t n = 0;
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
   CHECK(n == rounded[1] + rounded[2]);
@@ -236,8 +247,11 @@ int main(void) {
   CHECK(atomic_load(&g_errors) == 0);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
   CHECK(f.reaped_bytes - reaped_before == freed && atomic_load(&g_reaped_by_threads) + n == freed);
-  printf("threads: %d x %d ops, %llu bytes freed, %llu reaped by the reapers, %llu by the final wait\n", THREADS, OPS,
-         (unsigned long long)freed, (unsigned long long)atomic_load(&g_reaped_by_threads), (unsigned long long)n);
+  printf(
+      "threads: %d x %d ops, %llu bytes freed, %llu reaped by the reapers, %llu by the final "
+      "wait\n",
+      THREADS, OPS, (unsigned long long)freed,
+      (unsigned long long)atomic_load(&g_reaped_by_threads), (unsigned long long)n);
 
   uint64_t released = 1;
   CHECK_OK(devrt_resource_trim(r, &released));
@@ -274,6 +288,7 @@ int main(void) {
   CHECK_OK(devrt_stream_release(rt2, s2));
   CHECK_OK(devrt_runtime_destroy(rt2));
   CHECK_OK(devrt_runtime_destroy(rt));
-  printf("async: %s backend, granularity %llu (simple %llu)\n", backend, (unsigned long long)g, (unsigned long long)sg);
+  printf("async: %s backend, granularity %llu (simple %llu)\n", backend, (unsigned long long)g,
+         (unsigned long long)sg);
   return t_done();
 }

@@ -18,7 +18,8 @@
     }                                                                                        \
   } while (0)
 #define BAD(expr, call) REFUSED2(expr, call, DEVRT_ERR_INVALID_ARGUMENT, DEVRT_ERR_INVALID_ARGUMENT)
-#define BAD_BLOCK(expr, call) REFUSED2(expr, call, DEVRT_ERR_INVALID_ARGUMENT, DEVRT_ERR_STALE_BLOCK)
+#define BAD_BLOCK(expr, call) \
+  REFUSED2(expr, call, DEVRT_ERR_INVALID_ARGUMENT, DEVRT_ERR_STALE_BLOCK)
 #define STALE(expr, call) REFUSED2(expr, call, DEVRT_ERR_STALE_BLOCK, DEVRT_ERR_STALE_BLOCK)
 
 static devrt_block_info info(devrt_runtime* rt, devrt_block b) {
@@ -30,7 +31,8 @@ static devrt_block_info info(devrt_runtime* rt, devrt_block b) {
 
 static bool same_info(devrt_block_info a, devrt_block_info b) {
   return a.ptr == b.ptr && a.size == b.size && a.tag == b.tag && a.stream == b.stream &&
-         a.generation == b.generation && a.readers == b.readers && a.writer_complete == b.writer_complete;
+         a.generation == b.generation && a.readers == b.readers &&
+         a.writer_complete == b.writer_complete;
 }
 
 /* A one-element fill at `at` declaring `uses` (the refused-launch probes). */
@@ -98,7 +100,8 @@ static void bad_input(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt
   BAD(devrt_block_info_get(rt, x, NULL), "devrt_block_info_get");
   BAD(devrt_prepare_block_use(NULL, x, s, DEVRT_ACCESS_READ), "devrt_prepare_block_use");
   BAD(devrt_prepare_block_use(rt, x, dead, DEVRT_ACCESS_READ), "devrt_prepare_block_use");
-  BAD(devrt_prepare_block_use(rt, x, DEVRT_STREAM_NONE, DEVRT_ACCESS_WRITE), "devrt_prepare_block_use");
+  BAD(devrt_prepare_block_use(rt, x, DEVRT_STREAM_NONE, DEVRT_ACCESS_WRITE),
+      "devrt_prepare_block_use");
   BAD(devrt_prepare_block_use(rt, x, s, (devrt_access)0), "devrt_prepare_block_use");
   BAD(devrt_prepare_block_use(rt, x, s, (devrt_access)4), "devrt_prepare_block_use");
   BAD(devrt_finish_block_use(NULL, x, s, DEVRT_ACCESS_READ), "devrt_finish_block_use");
@@ -112,7 +115,8 @@ static void bad_input(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt
   BAD(devrt_launch(rt, NULL), "devrt_launch");
   BAD(devrt_block_ptr(rt, DEVRT_BLOCK_NONE, &p), "devrt_block_ptr");
   BAD(devrt_block_info_get(rt, DEVRT_BLOCK_NONE, &i), "devrt_block_info_get");
-  BAD(devrt_prepare_block_use(rt, DEVRT_BLOCK_NONE, s, DEVRT_ACCESS_READ), "devrt_prepare_block_use");
+  BAD(devrt_prepare_block_use(rt, DEVRT_BLOCK_NONE, s, DEVRT_ACCESS_READ),
+      "devrt_prepare_block_use");
   BAD(devrt_finish_block_use(rt, DEVRT_BLOCK_NONE, s, DEVRT_ACCESS_READ), "devrt_finish_block_use");
   BAD(devrt_block_free(rt, DEVRT_BLOCK_NONE), "devrt_block_free");
   BAD(probe_launch(rt, k, s, before.ptr, &none, 1), "devrt_launch");
@@ -157,8 +161,10 @@ static void foreign_block(void) {
     devrt_block_use u = {b[1 - i], DEVRT_ACCESS_WRITE}; /* the probe would write our own block */
     STALE(devrt_block_ptr(rt[i], b[1 - i], &p), "devrt_block_ptr");
     STALE(devrt_block_info_get(rt[i], b[1 - i], &bi), "devrt_block_info_get");
-    STALE(devrt_prepare_block_use(rt[i], b[1 - i], s[i], DEVRT_ACCESS_READ), "devrt_prepare_block_use");
-    STALE(devrt_finish_block_use(rt[i], b[1 - i], s[i], DEVRT_ACCESS_READ), "devrt_finish_block_use");
+    STALE(devrt_prepare_block_use(rt[i], b[1 - i], s[i], DEVRT_ACCESS_READ),
+          "devrt_prepare_block_use");
+    STALE(devrt_finish_block_use(rt[i], b[1 - i], s[i], DEVRT_ACCESS_READ),
+          "devrt_finish_block_use");
     STALE(probe_launch(rt[i], &k[i], s[i], bptr(rt[i], b[i]), &u, 1), "devrt_launch");
     STALE(devrt_block_free(rt[i], b[1 - i]), "devrt_block_free");
   }
@@ -172,7 +178,8 @@ static void foreign_block(void) {
 }
 
 /* Every entry point refuses a freed handle with STALE_BLOCK; `live` is a live block to point at. */
-static void all_stale(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_block old, void* live) {
+static void all_stale(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_block old,
+                      void* live) {
   void* p = NULL;
   devrt_block_info i;
   devrt_block_use u[] = {{old, DEVRT_ACCESS_READ}};
@@ -187,7 +194,8 @@ static void all_stale(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt
   CHECK(p == NULL);
 }
 
-/* Alloc/free cycles until a new block gets the first one's address: every old handle stays stale. */
+/* Alloc/free cycles until a new block gets the first one's address: every old handle stays stale.
+ */
 static void stale_after_reuse(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_stream b) {
   enum { KEEP = 64, MAX_CYCLES = 20000 };
   const size_t size = 1024;
@@ -234,7 +242,8 @@ static void stale_after_reuse(devrt_runtime* rt, const kernels* k, devrt_stream 
 
 /* Allocated on a, used at once on b: b must wait for the allocation (a wait is inserted when a is
  * still busy), and the result is right. */
-static void first_use_elsewhere(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_stream b) {
+static void first_use_elsewhere(devrt_runtime* rt, const kernels* k, devrt_stream a,
+                                devrt_stream b) {
   const uint64_t n = 4096;
   devrt_block busy = 0, x = 0, y = 0;
   REQUIRE_OK(devrt_block_alloc(rt, 64, a, "busy", &busy));
@@ -246,7 +255,8 @@ static void first_use_elsewhere(devrt_runtime* rt, const kernels* k, devrt_strea
   devrt_block_stats st1 = bstats(rt);
   CHECK(st1.waits_inserted - st0.waits_inserted == 1);
   CHECK(st1.launches - st0.launches == 1);
-  CHECK(st1.events_recorded == st0.events_recorded); /* its point is recorded only once something needs it */
+  CHECK(st1.events_recorded ==
+        st0.events_recorded); /* its point is recorded only once something needs it */
   CHECK(b_wrong(rt, b, x, n, 0xabcu) == 0);
 
   /* Same on an idle stream: the wait is inserted or skipped as complete, exactly one of them. */
@@ -255,7 +265,9 @@ static void first_use_elsewhere(devrt_runtime* rt, const kernels* k, devrt_strea
   st0 = bstats(rt);
   CHECK_OK(k_fill(rt, k, b, y, 0xdefu, n, 0, true));
   st1 = bstats(rt);
-  CHECK(st1.waits_inserted - st0.waits_inserted + st1.waits_skipped_complete - st0.waits_skipped_complete == 1);
+  CHECK(st1.waits_inserted - st0.waits_inserted + st1.waits_skipped_complete -
+            st0.waits_skipped_complete ==
+        1);
   CHECK(b_wrong(rt, a, y, n, 0xdefu) == 0);
   CHECK_OK(devrt_block_free(rt, busy));
   CHECK_OK(devrt_block_free(rt, x));
@@ -367,7 +379,8 @@ static void faults(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_re
   CHECK(x == 0);
   CHECK_OK(devrt_resource_query(top, &f));
   devrt_block_stats st = bstats(rt);
-  CHECK(f.live_bytes == f0.live_bytes && st.blocks_allocated == st0.blocks_allocated && st.blocks_live == st0.blocks_live);
+  CHECK(f.live_bytes == f0.live_bytes && st.blocks_allocated == st0.blocks_allocated &&
+        st.blocks_live == st0.blocks_live);
   REQUIRE_OK(devrt_block_alloc(rt, 4096, s, "fault", &x));
   CHECK_OK(k_fill(rt, k, s, x, 8, 1024, 0, true));
   CHECK_OK(devrt_stream_synchronize(rt, s));
@@ -381,7 +394,8 @@ static void faults(devrt_runtime* rt, const kernels* k, devrt_stream s, devrt_re
   STALE(devrt_block_free(rt, x), "devrt_block_free");
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
   CHECK_OK(devrt_resource_query(top, &f));
-  CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0 && bstats(rt).blocks_live == st0.blocks_live);
+  CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0 &&
+        bstats(rt).blocks_live == st0.blocks_live);
 }
 
 /* Freed bytes move live -> pending at once and are retired by devrt_reap_pending; a free waits
@@ -459,7 +473,8 @@ static void lazy_points(devrt_runtime* rt, const kernels* k, devrt_stream a, dev
   REQUIRE_OK(devrt_block_alloc(rt, n * 4, a, "lazy z", &z));
   devrt_block_stats st0 = bstats(rt);
   uint64_t r0 = repeated(rt);
-  for (uint32_t i = 0; i < 24; i++) CHECK_OK(k_fill(rt, k, a, x, i, n, 0, true)); /* in place: each point superseded */
+  for (uint32_t i = 0; i < 24; i++)
+    CHECK_OK(k_fill(rt, k, a, x, i, n, 0, true)); /* in place: each point superseded */
   devrt_block_stats st1 = bstats(rt);
   uint64_t r1 = repeated(rt);
   CHECK(st1.launches - st0.launches == 24 && st1.events_recorded == st0.events_recorded);
@@ -476,7 +491,8 @@ static void lazy_points(devrt_runtime* rt, const kernels* k, devrt_stream a, dev
   CHECK(b_wrong(rt, b, x, n, 0x11) == 0);
   st1 = bstats(rt);
   r1 = repeated(rt);
-  CHECK(st1.events_recorded - st0.events_recorded >= 1 && st1.waits_inserted - st0.waits_inserted == 1);
+  CHECK(st1.events_recorded - st0.events_recorded >= 1 &&
+        st1.waits_inserted - st0.waits_inserted == 1);
   CHECK_OK(k_fill(rt, k, a, x, 0x12, n, 20 * MS, true)); /* x changed (b read it): the usual path */
   CHECK(repeated(rt) == r1);
   CHECK(b_wrong(rt, b, x, n, 0x12) == 0);
@@ -501,15 +517,26 @@ static void lazy_points(devrt_runtime* rt, const kernels* k, devrt_stream a, dev
 /* A free racing a thread that repeats the same launch (the repeat path locks no block): the free
  * either is refused or waits for the launch in flight; launches meanwhile are refused as being
  * freed, later ones as stale. */
-typedef struct racer { devrt_runtime* rt; const kernels* k; devrt_stream s; devrt_block x; _Atomic int ok, stale, other, last; } racer;
+typedef struct racer {
+  devrt_runtime* rt;
+  const kernels* k;
+  devrt_stream s;
+  devrt_block x;
+  _Atomic int ok, stale, other, last;
+} racer;
 static void* repeat_launches(void* p) {
   racer* r = p;
   for (int i = 0; i < 4000; i++) {
     devrt_status st = k_fill(r->rt, r->k, r->s, r->x, (uint32_t)i, 256, 0, true);
-    if (st == DEVRT_OK) r->ok++;
-    else if (st == DEVRT_ERR_STALE_BLOCK || st == DEVRT_ERR_INVALID_ARGUMENT || st == DEVRT_ERR_INVALID_STATE)
+    if (st == DEVRT_OK)
+      r->ok++;
+    else if (st == DEVRT_ERR_STALE_BLOCK || st == DEVRT_ERR_INVALID_ARGUMENT ||
+             st == DEVRT_ERR_INVALID_STATE)
       r->stale++; /* freed (its pointer is then NULL), or being freed */
-    else { r->other++; r->last = (int)st; } /* (CHECK is not for threads) */
+    else {
+      r->other++;
+      r->last = (int)st;
+    } /* (CHECK is not for threads) */
   }
   return NULL;
 }
@@ -518,14 +545,20 @@ static void free_races_repeats(devrt_runtime* rt, const kernels* k, devrt_stream
     racer r = {.rt = rt, .k = k, .s = a};
     REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, a, "raced", &r.x));
     pthread_t t;
-    if (pthread_create(&t, NULL, repeat_launches, &r) != 0) { CHECK(!"pthread_create"); return; }
+    if (pthread_create(&t, NULL, repeat_launches, &r) != 0) {
+      CHECK(!"pthread_create");
+      return;
+    }
     while (r.ok < 50 * (round + 1)) sched_yield();
     devrt_status st;
-    while ((st = devrt_block_free(rt, r.x)) == DEVRT_ERR_INVALID_STATE) sched_yield(); /* a launch being issued */
+    while ((st = devrt_block_free(rt, r.x)) == DEVRT_ERR_INVALID_STATE)
+      sched_yield(); /* a launch being issued */
     CHECK_OK(st);
     pthread_join(t, NULL);
     CHECK(r.ok + r.stale == 4000 && r.ok >= 50);
-    if (r.other) fprintf(stderr, "free_races_repeats: %d launches failed otherwise, last %s\n", (int)r.other, devrt_status_name((devrt_status)r.last));
+    if (r.other)
+      fprintf(stderr, "free_races_repeats: %d launches failed otherwise, last %s\n", (int)r.other,
+              devrt_status_name((devrt_status)r.last));
   }
   CHECK_OK(devrt_stream_synchronize(rt, a));
 }
@@ -535,17 +568,19 @@ static void free_races_repeats(devrt_runtime* rt, const kernels* k, devrt_stream
  * waits for the slow producer, the next producer for the slow consumer), waits are counted as
  * block by block, and any other use of a member (a subset, info, a free) sees the group's state. */
 enum { GN = 4 };
-static devrt_status g_fill(devrt_runtime* rt, const kernels* k, devrt_stream s, const devrt_block* x, unsigned nx,
-                           bool reversed, uint32_t v, uint64_t delay) {
+static devrt_status g_fill(devrt_runtime* rt, const kernels* k, devrt_stream s,
+                           const devrt_block* x, unsigned nx, bool reversed, uint32_t v,
+                           uint64_t delay) {
   void* p = bptr(rt, x[0]);
   uint64_t n = 256;
   void* args[] = {&p, &v, &n, &delay};
   devrt_block_use u[GN];
-  for (unsigned i = 0; i < nx; i++) u[i] = (devrt_block_use){x[reversed ? nx - 1 - i : i], DEVRT_ACCESS_WRITE};
+  for (unsigned i = 0; i < nx; i++)
+    u[i] = (devrt_block_use){x[reversed ? nx - 1 - i : i], DEVRT_ACCESS_WRITE};
   return k_run(rt, s, k->slow_fill, n, args, u, nx);
 }
-static devrt_status g_copy(devrt_runtime* rt, const kernels* k, devrt_stream s, const devrt_block* x, unsigned nx,
-                           devrt_block out, uint64_t delay) {
+static devrt_status g_copy(devrt_runtime* rt, const kernels* k, devrt_stream s,
+                           const devrt_block* x, unsigned nx, devrt_block out, uint64_t delay) {
   void *d = bptr(rt, out), *p = bptr(rt, x[0]);
   uint64_t n = 256;
   void* args[] = {&d, &p, &n, &delay};
@@ -553,7 +588,8 @@ static devrt_status g_copy(devrt_runtime* rt, const kernels* k, devrt_stream s, 
   for (unsigned i = 0; i < nx; i++) u[i] = (devrt_block_use){x[i], DEVRT_ACCESS_READ};
   return k_run(rt, s, k->slow_copy, n, args, u, nx); /* out is not declared: read back on s */
 }
-static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_stream b, devrt_stream c) {
+static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_stream b,
+                   devrt_stream c) {
   devrt_block x[GN], out[6], o2 = 0;
   for (int i = 0; i < GN; i++) REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, a, "group", &x[i]));
   for (int r = 0; r < 6; r++) REQUIRE_OK(devrt_block_alloc(rt, 256 * 4, b, "group out", &out[r]));
@@ -571,9 +607,12 @@ static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_st
   }
   st1 = bstats(rt), g1 = grouped(rt);
   CHECK(g1 - g0 == 8);
-  CHECK(st1.waits_inserted - st0.waits_inserted == 8);     /* one per launch: the other stream's point */
-  CHECK(st1.waits_coalesced - st0.waits_coalesced == 24);  /* as block by block: 3 more blocks each */
-  CHECK(st1.waits_skipped_same_stream - st0.waits_skipped_same_stream == 16); /* the producer's own writes */
+  CHECK(st1.waits_inserted - st0.waits_inserted ==
+        8); /* one per launch: the other stream's point */
+  CHECK(st1.waits_coalesced - st0.waits_coalesced ==
+        24); /* as block by block: 3 more blocks each */
+  CHECK(st1.waits_skipped_same_stream - st0.waits_skipped_same_stream ==
+        16); /* the producer's own writes */
   for (uint32_t r = 0; r < 6; r++) CHECK(b_word(rt, b, out[r]) == r + 1);
 
   /* The same set in another order takes the group; info on a member sees its readers. */
@@ -607,7 +646,8 @@ static void groups(devrt_runtime* rt, const kernels* k, devrt_stream a, devrt_st
   /* The group's blocks as a list naming one twice, or with an access that is none, are no match
    * for it: the first is merged and pinned block by block, the others refused. */
   devrt_access W = DEVRT_ACCESS_WRITE;
-  devrt_block_use twice[] = {{x[0], W}, {x[0], W}, {x[1], W}}, none[] = {{x[0], 0}, {x[1], 0}, {x[2], 0}},
+  devrt_block_use twice[] = {{x[0], W}, {x[0], W}, {x[1], W}},
+                  none[] = {{x[0], 0}, {x[1], 0}, {x[2], 0}},
                   one_bad[] = {{x[0], W}, {x[1], (devrt_access)5}, {x[2], W}};
   st0 = bstats(rt), g0 = grouped(rt);
   CHECK_OK(probe_launch(rt, k, a, bptr(rt, x[0]), twice, 3));

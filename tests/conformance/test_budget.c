@@ -5,8 +5,10 @@
 
 #define MiB (1ull << 20)
 
-static devrt_resource* budget_over(devrt_resource* up, uint64_t limit, bool wait, devrt_fallback_fn fb, void* user) {
-  devrt_budget_options o = {.limit_bytes = limit, .wait_for_pending = wait, .fallback = fb, .fallback_user = user};
+static devrt_resource* budget_over(devrt_resource* up, uint64_t limit, bool wait,
+                                   devrt_fallback_fn fb, void* user) {
+  devrt_budget_options o = {
+      .limit_bytes = limit, .wait_for_pending = wait, .fallback = fb, .fallback_user = user};
   devrt_resource* b = NULL;
   REQUIRE_OK(devrt_budget_create(up, &o, &b));
   return b;
@@ -26,7 +28,13 @@ static void keep_busy(devrt_runtime* rt, devrt_stream s, void* p, unsigned ms) {
   REQUIRE_OK(t_launch(rt, s, "devrt_slow_fill_u32", 1, 32, args));
 }
 
-typedef struct { devrt_resource* r; void* held; size_t size; devrt_stream s; int calls; } spill;
+typedef struct {
+  devrt_resource* r;
+  void* held;
+  size_t size;
+  devrt_stream s;
+  int calls;
+} spill;
 static bool spill_one(void* user, size_t size, const char* tag, devrt_status why) {
   spill* sp = user;
   (void)size, (void)tag;
@@ -56,7 +64,8 @@ int main(void) {
   CHECK(fig(b).live_bytes == limit && fig(b).available_bytes == 0);
   CHECK_STATUS(devrt_resource_allocate(b, 1, s, "one-more", &q), DEVRT_ERR_OVER_BUDGET);
   const char* m = devrt_last_error();
-  CHECK(strstr(m, "one-more") && strstr(m, "live 4194304") && strstr(m, "limit 4194304") && strstr(m, "pending"));
+  CHECK(strstr(m, "one-more") && strstr(m, "live 4194304") && strstr(m, "limit 4194304") &&
+        strstr(m, "pending"));
   CHECK(fig(b).live_bytes == limit);
 
   /* Free: live -> pending; available returns only when the free is observed complete. */
@@ -105,7 +114,8 @@ int main(void) {
   CHECK_OK(devrt_resource_allocate(bf, 2 * MiB, s, "needs-spill", &q));
   CHECK(sp.calls == 1 && fig(bf).fallbacks == 1 && sp.held == NULL);
   void* r2;
-  CHECK_STATUS(devrt_resource_allocate(bf, 3 * MiB, s, "no-spill-left", &r2), DEVRT_ERR_OVER_BUDGET);
+  CHECK_STATUS(devrt_resource_allocate(bf, 3 * MiB, s, "no-spill-left", &r2),
+               DEVRT_ERR_OVER_BUDGET);
   CHECK(sp.calls == 2 && fig(bf).fallbacks == 2);
   CHECK_OK(devrt_resource_deallocate(bf, q, 2 * MiB, s));
   CHECK_OK(devrt_resource_reap(bf, DEVRT_REAP_WAIT, NULL));
@@ -120,18 +130,21 @@ int main(void) {
   CHECK_OK(devrt_budget_create_child(parent, 2 * MiB, &child));
   CHECK_STATUS(devrt_budget_create_child(parent, 6 * MiB, &bad), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_budget_create_child(leaf, MiB, &bad), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_resource_allocate(child, 4 * MiB, s, "too-big-for-child", &p), DEVRT_ERR_OVER_BUDGET);
+  CHECK_STATUS(devrt_resource_allocate(child, 4 * MiB, s, "too-big-for-child", &p),
+               DEVRT_ERR_OVER_BUDGET);
   CHECK(strstr(devrt_last_error(), "sub-budget"));
   void* big;
   CHECK_OK(devrt_resource_allocate(parent, 4 * MiB, s, "sibling", &big));
-  CHECK_STATUS(devrt_resource_allocate(child, 2 * MiB, s, "parent-full", &p), DEVRT_ERR_OVER_BUDGET);
+  CHECK_STATUS(devrt_resource_allocate(child, 2 * MiB, s, "parent-full", &p),
+               DEVRT_ERR_OVER_BUDGET);
   CHECK(fig(child).live_bytes == 0);
   CHECK_OK(devrt_resource_allocate(child, MiB, s, "fits", &p));
   CHECK(fig(child).live_bytes == MiB && fig(parent).live_bytes == 5 * MiB);
   CHECK_OK(devrt_resource_deallocate(child, p, MiB, s));
   CHECK_OK(devrt_resource_deallocate(parent, big, 4 * MiB, s));
   CHECK_OK(devrt_resource_reap(parent, DEVRT_REAP_WAIT, NULL));
-  CHECK(fig(child).live_bytes == 0 && fig(parent).live_bytes == 0 && fig(parent).available_bytes == 5 * MiB);
+  CHECK(fig(child).live_bytes == 0 && fig(parent).live_bytes == 0 &&
+        fig(parent).available_bytes == 5 * MiB);
   devrt_resource_release(child);
   devrt_resource_release(parent);
 
@@ -164,7 +177,8 @@ int main(void) {
   CHECK_STATUS(devrt_budget_create(NULL, &zero, &bad), DEVRT_ERR_INVALID_ARGUMENT);
   devrt_resource_release(leaf);
 
-  /* The runtime's default stack: budget -> statistics -> caching -> async, limit from the config. */
+  /* The runtime's default stack: budget -> statistics -> caching -> async, limit from the config.
+   */
   devrt_config cfg;
   REQUIRE_OK(devrt_config_init(&cfg));
   cfg.budget_percent = 50;
@@ -173,7 +187,8 @@ int main(void) {
   REQUIRE_OK(devrt_runtime_resource(rt2, &top));
   const char* want[] = {"budget", "statistics", "caching", "async"};
   devrt_resource* layer = top;
-  for (int i = 0; i < 4; i++, layer = devrt_resource_upstream(layer)) CHECK(layer && !strcmp(devrt_resource_name(layer), want[i]));
+  for (int i = 0; i < 4; i++, layer = devrt_resource_upstream(layer))
+    CHECK(layer && !strcmp(devrt_resource_name(layer), want[i]));
   CHECK(layer == NULL);
   CHECK(fig(top).limit_bytes == rt2->info.total_memory / 100 * 50);
   devrt_stream s2;
@@ -196,7 +211,8 @@ int main(void) {
     devrt_stream s3;
     REQUIRE_OK(devrt_stream_acquire(rt3, DEVRT_ACQUIRE_FAIL, &s3));
     void* small[16];
-    for (int i = 0; i < 16; i++) CHECK_OK(devrt_resource_allocate(top, 64 << 10, s3, "small", &small[i]));
+    for (int i = 0; i < 16; i++)
+      CHECK_OK(devrt_resource_allocate(top, 64 << 10, s3, "small", &small[i]));
     for (int i = 0; i < 16; i++) CHECK_OK(devrt_resource_deallocate(top, small[i], 64 << 10, s3));
     CHECK_OK(devrt_reap_pending(rt3, DEVRT_REAP_WAIT, NULL));
     p = NULL;

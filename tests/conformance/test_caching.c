@@ -12,13 +12,16 @@ typedef struct fake {
   _Atomic int allocs, frees, trims, fail_next;
 } fake;
 
-static devrt_status fake_alloc(devrt_resource* r, size_t size, devrt_stream sid, const char* tag, void** out) {
+static devrt_status fake_alloc(devrt_resource* r, size_t size, devrt_stream sid, const char* tag,
+                               void** out) {
   fake* f = (fake*)r;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(r->rt, sid, &s, "fake allocate"));
-  if (atomic_exchange(&f->fail_next, 0)) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: injected");
+  if (atomic_exchange(&f->fail_next, 0))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: injected");
   uint64_t n = dv_round(&f->acct, size);
-  if (!dv_account_admit(&f->acct, n)) return dv_account_refuse(&f->acct, "fake allocate", size, n, tag);
+  if (!dv_account_admit(&f->acct, n))
+    return dv_account_refuse(&f->acct, "fake allocate", size, n, tag);
   void* p = aligned_alloc(256, n);
   if (!p) {
     dv_account_release(&f->acct, n);
@@ -48,7 +51,8 @@ static devrt_status fake_trim(devrt_resource* r, uint64_t* released) {
   return DEVRT_OK;
 }
 static void fake_destroy(devrt_resource* r) { free(r); }
-static const devrt_resource_vtable fake_vt = {fake_alloc, fake_free, fake_query, NULL, fake_trim, fake_destroy};
+static const devrt_resource_vtable fake_vt = {fake_alloc, fake_free, fake_query,
+                                              NULL,       fake_trim, fake_destroy};
 
 static devrt_resource* make_fake(devrt_runtime* rt, fake** fo) {
   fake* f = aligned_alloc(_Alignof(fake), sizeof *f);
@@ -94,7 +98,12 @@ static void fill(devrt_runtime* rt, devrt_stream s, void* p, uint32_t v) {
 }
 
 /* ---- threads ---- */
-typedef struct worker { devrt_runtime* rt; devrt_resource* c; unsigned seed; int errors; } worker;
+typedef struct worker {
+  devrt_runtime* rt;
+  devrt_resource* c;
+  unsigned seed;
+  int errors;
+} worker;
 static _Atomic int workers_left;
 
 static void* work(void* arg) {
@@ -112,7 +121,8 @@ static void* work(void* arg) {
       p[k] = NULL;
     } else {
       sz[k] = sizes[(unsigned)rand_r(&w->seed) % 8] + (unsigned)rand_r(&w->seed) % 64;
-      if (devrt_resource_allocate(w->c, sz[k], s, "thread", &p[k]) != DEVRT_OK) w->errors++, p[k] = NULL;
+      if (devrt_resource_allocate(w->c, sz[k], s, "thread", &p[k]) != DEVRT_OK)
+        w->errors++, p[k] = NULL;
     }
   }
   for (int k = 0; k < HOLD; k++)
@@ -147,15 +157,18 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   REQUIRE_OK(devrt_resource_allocate(c, KB64, a, "t", &p));
   CHECK(p && ((uintptr_t)p & 255) == 0);
   devrt_resource_figures x = fig(c);
-  CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_misses == 1 && x.cache_hits == 0);
+  CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_misses == 1 &&
+        x.cache_hits == 0);
   int allocs0 = f ? atomic_load(&f->allocs) : 0;
   CHECK_OK(devrt_resource_deallocate(c, p, KB64, a));
   x = fig(c);
-  CHECK(x.live_bytes == base.live_bytes && x.cached_bytes == R && x.pending_bytes == base.pending_bytes);
+  CHECK(x.live_bytes == base.live_bytes && x.cached_bytes == R &&
+        x.pending_bytes == base.pending_bytes);
   CHECK_OK(devrt_resource_allocate(c, KB64, a, "t", &q));
   CHECK(q == p);
   x = fig(c);
-  CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_hits == 1 && x.cache_misses == 1);
+  CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_hits == 1 &&
+        x.cache_misses == 1);
   if (f) CHECK(atomic_load(&f->allocs) == allocs0);
   /* A smaller request of the same class is served by the same block. */
   CHECK_OK(devrt_resource_deallocate(c, q, KB64, a));
@@ -188,13 +201,16 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   CHECK_STATUS(devrt_resource_deallocate(c, q, KB64, a + 12345), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_resource_allocate(c, 0, a, "t", &r), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_resource_allocate(c, KB64, 0, "t", &r), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_resource_allocate(c, KB64, ((devrt_stream)4095 << 32) | (a & ~((uint64_t)0xfff << 32)), "t", &r),
+  CHECK_STATUS(devrt_resource_allocate(
+                   c, KB64, ((devrt_stream)4095 << 32) | (a & ~((uint64_t)0xfff << 32)), "t", &r),
                DEVRT_ERR_INVALID_ARGUMENT);
   devrt_resource_figures y = fig(c);
-  CHECK(y.live_bytes == x.live_bytes && y.cached_bytes == x.cached_bytes && y.pending_bytes == x.pending_bytes &&
-        y.cache_hits == x.cache_hits && y.cache_misses == x.cache_misses);
+  CHECK(y.live_bytes == x.live_bytes && y.cached_bytes == x.cached_bytes &&
+        y.pending_bytes == x.pending_bytes && y.cache_hits == x.cache_hits &&
+        y.cache_misses == x.cache_misses);
   CHECK_OK(devrt_resource_deallocate(c, q, KB64, a));
-  CHECK_STATUS(devrt_resource_deallocate(c, q, KB64, a), DEVRT_ERR_INVALID_ARGUMENT); /* double free */
+  CHECK_STATUS(devrt_resource_deallocate(c, q, KB64, a),
+               DEVRT_ERR_INVALID_ARGUMENT); /* double free */
   CHECK(strstr(devrt_last_error(), "double free"));
   CHECK_STATUS(devrt_resource_deallocate(c, q, KB64, b), DEVRT_ERR_INVALID_ARGUMENT);
   y = fig(c);
@@ -202,15 +218,18 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   free(foreign);
 
   /* Upstream failure comes back unchanged. */
-  if (f) atomic_store(&f->fail_next, 1);
-  else rt->be->fault_arm(rt->dev, DV_FAULT_ALLOC, 1);
+  if (f)
+    atomic_store(&f->fail_next, 1);
+  else
+    rt->be->fault_arm(rt->dev, DV_FAULT_ALLOC, 1);
   CHECK_STATUS(devrt_resource_allocate(c, 3 << 20, a, "t", &r), DEVRT_ERR_DEVICE_ALLOC_FAILED);
   y = fig(c);
   CHECK(y.live_bytes == base.live_bytes && y.cached_bytes == R);
   /* Above the largest class: passed straight through, never cached. */
   CHECK_OK(devrt_resource_allocate(c, (80u << 20) + 3, a, "big", &r));
   y = fig(c);
-  CHECK(y.live_bytes == base.live_bytes + dv_round(up->account, (80u << 20) + 3) && y.cached_bytes == R);
+  CHECK(y.live_bytes == base.live_bytes + dv_round(up->account, (80u << 20) + 3) &&
+        y.cached_bytes == R);
   CHECK_STATUS(devrt_resource_deallocate(c, r, 80u << 20, a), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_OK(devrt_resource_deallocate(c, r, (80u << 20) + 3, a));
   y = fig(c);
@@ -220,7 +239,8 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   void* m[6];
   size_t msz[6] = {100, 700, 5000, 70000, 1 << 20, 3 << 20};
   uint64_t want = R;
-  for (int i = 0; i < 6; i++) REQUIRE_OK(devrt_resource_allocate(c, msz[i], i & 1 ? a : b, "t", &m[i]));
+  for (int i = 0; i < 6; i++)
+    REQUIRE_OK(devrt_resource_allocate(c, msz[i], i & 1 ? a : b, "t", &m[i]));
   for (int i = 0; i < 6; i++) CHECK_OK(devrt_resource_deallocate(c, m[i], msz[i], i & 1 ? b : a));
   y = fig(c);
   want = y.cached_bytes;
@@ -231,7 +251,9 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   CHECK(released == want);
   y = fig(c);
   CHECK(y.cached_bytes == 0 && y.live_bytes == base.live_bytes);
-  if (f) CHECK(atomic_load(&f->trims) == trims0 + 1 && atomic_load(&f->allocs) == atomic_load(&f->frees));
+  if (f)
+    CHECK(atomic_load(&f->trims) == trims0 + 1 &&
+          atomic_load(&f->allocs) == atomic_load(&f->frees));
   CHECK_OK(devrt_resource_trim(c, &released));
   CHECK(released == 0);
   CHECK_OK(devrt_resource_release(c));
@@ -315,20 +337,23 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
 
   CHECK_OK(devrt_stream_release(rt, a));
   CHECK_OK(devrt_stream_release(rt, b));
-  printf("%s upstream: hot alloc+free pair %.0f ns; threads: %.0f ms, %llu hits / %llu misses%s\n", what, pair_ns,
-         t_threads, (unsigned long long)x.cache_hits, (unsigned long long)x.cache_misses,
+  printf("%s upstream: hot alloc+free pair %.0f ns; threads: %.0f ms, %llu hits / %llu misses%s\n",
+         what, pair_ns, t_threads, (unsigned long long)x.cache_hits,
+         (unsigned long long)x.cache_misses,
          kernels ? "; cross-stream refusal and wait checked" : "");
 }
 
 int main(void) {
   devrt_runtime* rt = t_runtime();
-  CHECK_STATUS(devrt_caching_resource_create(NULL, NULL, &(devrt_resource*){0}), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_caching_resource_create(NULL, NULL, &(devrt_resource*){0}),
+               DEVRT_ERR_INVALID_ARGUMENT);
 
   fake* f = NULL;
   devrt_resource* up = make_fake(rt, &f);
   devrt_resource* c = NULL;
   CHECK_STATUS(devrt_caching_resource_create(up, NULL, NULL), DEVRT_ERR_INVALID_ARGUMENT);
-  suite(rt, up, f, !t_is_cuda(rt)); /* fake memory is host memory: kernels on the host backend only */
+  suite(rt, up, f,
+        !t_is_cuda(rt)); /* fake memory is host memory: kernels on the host backend only */
   CHECK(atomic_load(&f->allocs) == atomic_load(&f->frees) && dv_account_live(&f->acct) == 0);
   CHECK_OK(devrt_caching_resource_create(up, NULL, &c)); /* opts NULL: defaults */
   CHECK_OK(devrt_resource_release(c));

@@ -12,8 +12,8 @@ int main(void) {
   devrt_runtime* rt = t_runtime();
   devrt_device_info d;
   REQUIRE_OK(devrt_device_info_get(rt, &d));
-  printf("device %d: %s, cc %d.%d, %d SMs, green %d (min %u, align %u)\n", d.ordinal, d.name, d.cc_major, d.cc_minor,
-         d.sm_count, d.green_contexts, d.min_partition_sms, d.sm_alignment);
+  printf("device %d: %s, cc %d.%d, %d SMs, green %d (min %u, align %u)\n", d.ordinal, d.name,
+         d.cc_major, d.cc_minor, d.sm_count, d.green_contexts, d.min_partition_sms, d.sm_alignment);
   CHECK(d.sm_count > 0 && d.name[0]);
   if (!d.green_contexts) {
     devrt_split_result r;
@@ -22,7 +22,8 @@ int main(void) {
     return t_done();
   }
   /* Dry runs: groups of at least min, multiples of the alignment, groups + remainder = device. */
-  unsigned sizes[] = {0, 1, d.min_partition_sms, 9, 16, 17, 32, (unsigned)d.sm_count / 2 + 1, (unsigned)d.sm_count};
+  unsigned sizes[] = {
+      0, 1, d.min_partition_sms, 9, 16, 17, 32, (unsigned)d.sm_count / 2 + 1, (unsigned)d.sm_count};
   for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     if (sizes[i] > (unsigned)d.sm_count) continue;
     devrt_split_result r;
@@ -32,7 +33,8 @@ int main(void) {
     CHECK(r.groups * r.sms_per_group + r.remainder_sms == (unsigned)d.sm_count);
   }
   devrt_split_result r;
-  CHECK_STATUS(devrt_device_split_query(rt, (unsigned)d.sm_count + 1, 0, &r), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_device_split_query(rt, (unsigned)d.sm_count + 1, 0, &r),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "SMs asked"));
 
 #ifdef DEVRT_HAVE_CUDA
@@ -51,7 +53,8 @@ int main(void) {
   REQUIRE_OK(rt->be->sm_resource(rt->dev, &dev));
   REQUIRE_OK(rt->be->sm_split(rt->dev, &dev, want, 0, &group, &one, &rem));
   CHECK(one == 1 && group.sms + rem.sms == dev.sms && !group.splittable);
-  CHECK_STATUS(rt->be->sm_split(rt->dev, &rem, want, 0, &group, &one, &rem), DEVRT_ERR_INVALID_ARGUMENT); /* not before a green context */
+  CHECK_STATUS(rt->be->sm_split(rt->dev, &rem, want, 0, &group, &one, &rem),
+               DEVRT_ERR_INVALID_ARGUMENT); /* not before a green context */
   REQUIRE_OK(rt->be->green_create(rt->dev, &group, 1, &g));
   REQUIRE_OK(rt->be->green_resource(g, &got));
   unsigned granted = got.sms;

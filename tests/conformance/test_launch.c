@@ -1,6 +1,7 @@
 /* test_launch.c: recorded launches (launch.h): RAW/WAR/WAW over 2-8 streams against slow producers
  * (and untracked, shown to fail), readers then a writer, dedup, coalescing, free under a reader,
- * refused launches leave no state, stream 0, enqueue, free while issuing, limits, backend faults. */
+ * refused launches leave no state, stream 0, enqueue, free while issuing, limits, backend faults.
+ */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -35,7 +36,8 @@ static devrt_block_info info(devrt_block b) {
   return i;
 }
 
-/* RAW: stream 0 slowly fills b[0]; stream i copies b[i-1] into b[i] at once. Returns wrong words. */
+/* RAW: stream 0 slowly fills b[0]; stream i copies b[i-1] into b[i] at once. Returns wrong words.
+ */
 static uint64_t raw(int ns, bool tracked, uint64_t delay) {
   devrt_block b[8];
   for (int i = 0; i < ns; i++) b[i] = mk(S[i], 0);
@@ -69,7 +71,8 @@ static uint64_t waw(int ns, bool tracked, uint64_t delay) {
   devrt_block x = mk(S[0], 0);
   sync_all();
   for (int i = 0; i < ns; i++)
-    CHECK_OK(k_fill(rt, &K, S[i], x, (uint32_t)i + 1, N, delay * (uint64_t)(ns - i) / (uint64_t)ns, tracked));
+    CHECK_OK(k_fill(rt, &K, S[i], x, (uint32_t)i + 1, N, delay * (uint64_t)(ns - i) / (uint64_t)ns,
+                    tracked));
   sync_all(); /* then check the final state: a misordered straggler has landed too */
   uint64_t bad = wrong(x, (uint32_t)ns);
   release(&x, 1);
@@ -81,8 +84,8 @@ static void hazards(void) {
   for (int c = 0; c < 3; c++) {
     int ns = counts[c];
     uint64_t r = raw(ns, true, D), wa = war(ns, true, D), ww = waw(ns, true, 2 * D);
-    printf("%d streams: wrong words after RAW %llu, WAR %llu, WAW %llu\n", ns, (unsigned long long)r,
-           (unsigned long long)wa, (unsigned long long)ww);
+    printf("%d streams: wrong words after RAW %llu, WAR %llu, WAW %llu\n", ns,
+           (unsigned long long)r, (unsigned long long)wa, (unsigned long long)ww);
     CHECK(r == 0 && wa == 0 && ww == 0);
   }
   /* The negative control: untracked, the same programs must go wrong at least once. */
@@ -158,9 +161,11 @@ static void dedup_and_coalesce(void) {
   }
   p = bptr(rt, many[0]), v = 6, n = N;
   st0 = bstats(rt);
-  CHECK_OK(k_run(rt, S[7], K.slow_fill, N, args, twice, 2 * M)); /* slow: the copy below must wait */
+  CHECK_OK(
+      k_run(rt, S[7], K.slow_fill, N, args, twice, 2 * M)); /* slow: the copy below must wait */
   st1 = bstats(rt);
-  CHECK(st1.launches - st0.launches == 1 && st1.waits_inserted - st0.waits_inserted <= 1); /* the fills: all on S6 */
+  CHECK(st1.launches - st0.launches == 1 &&
+        st1.waits_inserted - st0.waits_inserted <= 1); /* the fills: all on S6 */
   for (int i = 0; i < M; i++) CHECK(info(many[i]).readers == 0);
   CHECK_OK(k_copy(rt, &K, S[6], many[1], many[0], N, 0, true)); /* waits for S7's write */
   CHECK(wrong(many[1], 6) == 0);
@@ -198,7 +203,8 @@ static void free_under_reader(devrt_runtime* r, const kernels* k, const char* wh
     CHECK_OK(devrt_block_free(r, y));
     CHECK_OK(devrt_block_free(r, x2));
   }
-  printf("free under a slow reader (%s): the new block had the old address %d of 3 times\n", what, reused);
+  printf("free under a slow reader (%s): the new block had the old address %d of 3 times\n", what,
+         reused);
   CHECK_OK(devrt_stream_release(r, a));
   CHECK_OK(devrt_stream_release(r, b));
   CHECK_OK(devrt_stream_release(r, c));
@@ -218,7 +224,8 @@ static void free_under_reader_uncached(void) {
 
 static bool same_info(devrt_block_info a, devrt_block_info b) {
   return a.ptr == b.ptr && a.size == b.size && a.tag == b.tag && a.stream == b.stream &&
-         a.generation == b.generation && a.readers == b.readers && a.writer_complete == b.writer_complete;
+         a.generation == b.generation && a.readers == b.readers &&
+         a.writer_complete == b.writer_complete;
 }
 
 static unsigned streams_in_use(void) {
@@ -233,8 +240,8 @@ static void refused(void) {
   for (int i = 0; i < 4; i++) b[i] = mk(S[i], (uint32_t)i);
   sync_all();
   CHECK_OK(devrt_block_free(rt, stale));
-  CHECK_OK(k_fill(rt, &K, S[0], b[0], 9, N, 100 * MS, true));   /* b0: a running writer */
-  CHECK_OK(k_copy(rt, &K, S[1], e, b[1], N, 100 * MS, true));   /* b1: a running reader */
+  CHECK_OK(k_fill(rt, &K, S[0], b[0], 9, N, 100 * MS, true)); /* b0: a running writer */
+  CHECK_OK(k_copy(rt, &K, S[1], e, b[1], N, 100 * MS, true)); /* b1: a running reader */
   devrt_block_info before[4];
   for (int i = 0; i < 4; i++) before[i] = info(b[i]);
   devrt_block_stats st0 = bstats(rt);
@@ -243,11 +250,21 @@ static void refused(void) {
   uint32_t v = 7;
   uint64_t n = N;
   void* args[] = {&p, &v, &n};
-  devrt_block_use mid[] = {{b[0], DEVRT_ACCESS_WRITE}, {b[1], DEVRT_ACCESS_READ}, {stale, DEVRT_ACCESS_READ},
-                           {b[2], DEVRT_ACCESS_READ}, {b[3], DEVRT_ACCESS_WRITE}};
-  devrt_block_use nul[] = {{b[0], DEVRT_ACCESS_READ}, {b[1], DEVRT_ACCESS_WRITE}, {DEVRT_BLOCK_NONE, DEVRT_ACCESS_READ}};
+  devrt_block_use mid[] = {{b[0], DEVRT_ACCESS_WRITE},
+                           {b[1], DEVRT_ACCESS_READ},
+                           {stale, DEVRT_ACCESS_READ},
+                           {b[2], DEVRT_ACCESS_READ},
+                           {b[3], DEVRT_ACCESS_WRITE}};
+  devrt_block_use nul[] = {
+      {b[0], DEVRT_ACCESS_READ}, {b[1], DEVRT_ACCESS_WRITE}, {DEVRT_BLOCK_NONE, DEVRT_ACCESS_READ}};
   devrt_block_use badacc[] = {{b[0], DEVRT_ACCESS_READ}, {b[3], (devrt_access)0}};
-  devrt_launch_desc d = {.stream = S[2], .kernel = K.fill, .grid = {1}, .block = {256}, .args = args, .uses = mid, .nuses = 5};
+  devrt_launch_desc d = {.stream = S[2],
+                         .kernel = K.fill,
+                         .grid = {1},
+                         .block = {256},
+                         .args = args,
+                         .uses = mid,
+                         .nuses = 5};
   uint64_t refusals = 0;
 
   CHECK_STATUS(devrt_launch(rt, &d), DEVRT_ERR_STALE_BLOCK);
@@ -280,9 +297,10 @@ static void refused(void) {
   d.grid[0] = 0;
   CHECK_STATUS(devrt_launch(rt, &d), DEVRT_ERR_INVALID_ARGUMENT);
   /* shapes CUDA refuses are refused on every backend, before anything is enqueued */
-  const unsigned bad[][6] = {{1, 65536, 1, 256, 1, 1}, {16, 1u << 20, 1u << 20, 256, 1, 1},
+  const unsigned bad[][6] = {{1, 65536, 1, 256, 1, 1},    {16, 1u << 20, 1u << 20, 256, 1, 1},
                              {1u << 31, 1, 1, 256, 1, 1}, {1, 1, 1, 2048, 1, 1},
-                             {1, 1, 1, 32, 64, 1}, {1, 1, 1, 1, 1, 65}, {1, 1, 1, 0, 1, 1}};
+                             {1, 1, 1, 32, 64, 1},        {1, 1, 1, 1, 1, 65},
+                             {1, 1, 1, 0, 1, 1}};
   for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
     memcpy(d.grid, bad[i], sizeof d.grid), memcpy(d.block, bad[i] + 3, sizeof d.block);
     CHECK_STATUS(devrt_launch(rt, &d), DEVRT_ERR_INVALID_ARGUMENT);
@@ -299,7 +317,8 @@ static void refused(void) {
   for (int i = 0; i < 4; i++) CHECK(same_info(info(b[i]), before[i]));
   CHECK(before[0].readers == 0 && !before[0].writer_complete && before[1].readers == 1);
 
-  /* The same launch without the stale block goes through, ordered after b0's writer and b1's reader. */
+  /* The same launch without the stale block goes through, ordered after b0's writer and b1's
+   * reader. */
   d.grid[0] = 1;
   devrt_block_use ok[] = {mid[0], mid[1], mid[3], mid[4]};
   d.uses = ok, d.nuses = 4;
@@ -341,11 +360,14 @@ static devrt_status do_foreign(void* user, devrt_stream s, void* native) {
   foreign* f = user;
   f->calls++, f->seen = s, f->native = native;
   if (f->ret != DEVRT_OK) return f->ret;
-  return f->src ? devrt_memcpy_async(rt, f->dst, f->src, f->size, s) : devrt_memset_async(rt, f->dst, f->byte, f->size, s);
+  return f->src ? devrt_memcpy_async(rt, f->dst, f->src, f->size, s)
+                : devrt_memset_async(rt, f->dst, f->byte, f->size, s);
 }
 
-static devrt_status run_foreign(devrt_stream s, foreign* f, const devrt_block_use* uses, unsigned nuses) {
-  devrt_launch_desc d = {.stream = s, .enqueue = do_foreign, .user = f, .uses = uses, .nuses = nuses};
+static devrt_status run_foreign(devrt_stream s, foreign* f, const devrt_block_use* uses,
+                                unsigned nuses) {
+  devrt_launch_desc d = {
+      .stream = s, .enqueue = do_foreign, .user = f, .uses = uses, .nuses = nuses};
   return devrt_launch(rt, &d);
 }
 
@@ -376,8 +398,14 @@ static void enqueue(void) {
   /* Its failure is the launch's; kernel and enqueue together are refused. */
   foreign bad = {.ret = DEVRT_ERR_BACKEND_ERROR};
   CHECK(run_foreign(S[1], &bad, wx, 1) == DEVRT_ERR_BACKEND_ERROR && bad.calls == 1);
-  devrt_launch_desc both = {.stream = S[1], .kernel = K.fill, .enqueue = do_foreign, .user = &f, .grid = {1},
-                            .block = {1}, .uses = wx, .nuses = 1};
+  devrt_launch_desc both = {.stream = S[1],
+                            .kernel = K.fill,
+                            .enqueue = do_foreign,
+                            .user = &f,
+                            .grid = {1},
+                            .block = {1},
+                            .uses = wx,
+                            .nuses = 1};
   CHECK_STATUS(devrt_launch(rt, &both), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(wrong(x, 0x04040404u) == 0);
   devrt_block all[] = {x, y};
@@ -412,7 +440,8 @@ static void free_while_issuing(void) {
   devrt_block x = mk(S[0], 5);
   pinned p = {.x = x, .from_other = DEVRT_OK};
   devrt_block_use u[] = {{x, DEVRT_ACCESS_READ}};
-  devrt_launch_desc d = {.stream = S[1], .enqueue = free_while_enqueued, .user = &p, .uses = u, .nuses = 1};
+  devrt_launch_desc d = {
+      .stream = S[1], .enqueue = free_while_enqueued, .user = &p, .uses = u, .nuses = 1};
   CHECK_OK(devrt_launch(rt, &d));
   CHECK(p.calls == 1 && p.from_other == DEVRT_ERR_INVALID_STATE);
   CHECK(info(x).readers == 1 && wrong(x, 5) == 0);
@@ -465,7 +494,9 @@ static void many_streams(void) {
   CHECK_OK(devrt_block_stats_get(r, &st1));
   /* One wait per reader stream (none coalesced: they are all different), unless seen complete. */
   CHECK(st1.waits_inserted - st0.waits_inserted >= 1);
-  CHECK(st1.waits_inserted - st0.waits_inserted + st1.waits_skipped_complete - st0.waits_skipped_complete == M - 1);
+  CHECK(st1.waits_inserted - st0.waits_inserted + st1.waits_skipped_complete -
+            st0.waits_skipped_complete ==
+        M - 1);
   uint64_t bad = b_wrong(r, s[0], x, N, 2);
   for (int i = 1; i < M; i++) bad += b_wrong(r, s[0], y[i], N, 1);
   CHECK(bad == 0);
@@ -493,9 +524,10 @@ static void backend_failures(void) {
   rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 0);
   CHECK(same_info(info(x), before));
   CHECK(wrong(x, 0x5e) == 0); /* read on S0: waits for S1's slow fill, now that its point records */
-  if (!t_is_cuda(rt)) { /* cuda would launch with garbage parameters */
+  if (!t_is_cuda(rt)) {       /* cuda would launch with garbage parameters */
     devrt_block_use u[] = {{x, DEVRT_ACCESS_WRITE}};
-    devrt_launch_desc d = {.stream = S[1], .kernel = K.fill, .grid = {1}, .block = {1}, .uses = u, .nuses = 1};
+    devrt_launch_desc d = {
+        .stream = S[1], .kernel = K.fill, .grid = {1}, .block = {1}, .uses = u, .nuses = 1};
     before = info(x);
     CHECK(devrt_launch(rt, &d) != DEVRT_OK);
     CHECK(same_info(info(x), before));
@@ -522,14 +554,21 @@ static void user_image(void) {
   CHECK_OK(st);
   devrt_kernel* kern = NULL;
   if (st != DEVRT_OK || devrt_kernel_get(m, "user_set", &kern) != DEVRT_OK) return;
-  CHECK_STATUS(devrt_kernel_get(m, "no_such_kernel", &(devrt_kernel*){NULL}), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_kernel_get(m, "no_such_kernel", &(devrt_kernel*){NULL}),
+               DEVRT_ERR_INVALID_ARGUMENT);
   devrt_block b = 0;
   REQUIRE_OK(devrt_block_alloc(rt, 4, S[0], "user", &b));
   void* p = bptr(rt, b);
   uint32_t v = 0x5eedu;
   void* args[] = {&p, &v};
   devrt_block_use u = {b, DEVRT_ACCESS_WRITE};
-  devrt_launch_desc d = {.stream = S[0], .kernel = kern, .grid = {1}, .block = {1}, .args = args, .uses = &u, .nuses = 1};
+  devrt_launch_desc d = {.stream = S[0],
+                         .kernel = kern,
+                         .grid = {1},
+                         .block = {1},
+                         .args = args,
+                         .uses = &u,
+                         .nuses = 1};
   CHECK_OK(devrt_launch(rt, &d));
   CHECK(b_word(rt, S[1], b) == 0x5eedu); /* read on another stream: ordered by the tracked write */
   CHECK_OK(devrt_block_free(rt, b));
@@ -559,12 +598,14 @@ int main(void) {
 
   devrt_block_stats st = bstats(rt);
   CHECK(st.blocks_live == 0);
-  printf("stats: %llu launches (%llu refused), %llu waits inserted, %llu skipped same stream, %llu skipped "
-         "complete, %llu coalesced, %llu events recorded, %llu deferred frees\n",
-         (unsigned long long)st.launches, (unsigned long long)st.refused_launches,
-         (unsigned long long)st.waits_inserted, (unsigned long long)st.waits_skipped_same_stream,
-         (unsigned long long)st.waits_skipped_complete, (unsigned long long)st.waits_coalesced,
-         (unsigned long long)st.events_recorded, (unsigned long long)st.deferred_frees);
+  printf(
+      "stats: %llu launches (%llu refused), %llu waits inserted, %llu skipped same stream, %llu "
+      "skipped "
+      "complete, %llu coalesced, %llu events recorded, %llu deferred frees\n",
+      (unsigned long long)st.launches, (unsigned long long)st.refused_launches,
+      (unsigned long long)st.waits_inserted, (unsigned long long)st.waits_skipped_same_stream,
+      (unsigned long long)st.waits_skipped_complete, (unsigned long long)st.waits_coalesced,
+      (unsigned long long)st.events_recorded, (unsigned long long)st.deferred_frees);
   CHECK_OK(devrt_module_unload(rt, K.mod));
   for (int i = 0; i < 8; i++) CHECK_OK(devrt_stream_release(rt, S[i]));
   CHECK_OK(devrt_runtime_destroy(rt));

@@ -18,14 +18,17 @@ typedef struct fake {
   _Atomic int fail_alloc, fail_free; /* the next N calls fail */
 } fake;
 
-static devrt_status fake_allocate(devrt_resource* self, size_t size, devrt_stream stream, const char* tag, void** out) {
+static devrt_status fake_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                  const char* tag, void** out) {
   fake* f = (fake*)self;
   (void)stream;
   if (atomic_load(&f->fail_alloc) > 0 && atomic_fetch_sub(&f->fail_alloc, 1) > 0)
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: injected failure (%zu bytes, tag %s)", size,
-                           tag ? tag : "untagged");
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "fake allocate: injected failure (%zu bytes, tag %s)", size,
+                   tag ? tag : "untagged");
   void* p = aligned_alloc(256, (size + 255) / 256 * 256);
-  if (!p) return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: out of memory (%zu bytes)", size);
+  if (!p)
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "fake allocate: out of memory (%zu bytes)", size);
   pthread_mutex_lock(&f->mu);
   if (f->n == f->cap) {
     f->cap = f->cap ? f->cap * 2 : 64;
@@ -38,7 +41,8 @@ static devrt_status fake_allocate(devrt_resource* self, size_t size, devrt_strea
   return DEVRT_OK;
 }
 
-static devrt_status fake_deallocate(devrt_resource* self, void* ptr, size_t size, devrt_stream stream) {
+static devrt_status fake_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                    devrt_stream stream) {
   fake* f = (fake*)self;
   (void)stream;
   if (atomic_load(&f->fail_free) > 0 && atomic_fetch_sub(&f->fail_free, 1) > 0)
@@ -80,7 +84,8 @@ static void fake_destroy(devrt_resource* self) {
   free(f);
 }
 
-static const devrt_resource_vtable fake_vt = {fake_allocate, fake_deallocate, fake_query, fake_reap, NULL, fake_destroy};
+static const devrt_resource_vtable fake_vt = {fake_allocate, fake_deallocate, fake_query, fake_reap,
+                                              NULL,          fake_destroy};
 
 static devrt_resource* fake_new(devrt_runtime* rt) {
   fake* f = calloc(1, sizeof *f);
@@ -91,10 +96,13 @@ static devrt_resource* fake_new(devrt_runtime* rt) {
 
 static int is_fake(devrt_resource* r) { return r->vtable == &fake_vt; }
 
-/* The next allocation through `up` fails: the fake on demand, devrt's leaves by an injected fault. */
+/* The next allocation through `up` fails: the fake on demand, devrt's leaves by an injected fault.
+ */
 static void fail_next_alloc(devrt_resource* up) {
-  if (is_fake(up)) atomic_store(&((fake*)up)->fail_alloc, 1);
-  else up->rt->be->fault_arm(up->rt->dev, DV_FAULT_ALLOC, 1);
+  if (is_fake(up))
+    atomic_store(&((fake*)up)->fail_alloc, 1);
+  else
+    up->rt->be->fault_arm(up->rt->dev, DV_FAULT_ALLOC, 1);
 }
 
 /* ---- helpers ---- */
@@ -165,10 +173,13 @@ static int csv_split(const char* line, char f[][128]) {
   return n;
 }
 
-static void stats_of(devrt_resource* s, const char* tag, devrt_memory_stats* st) { CHECK_OK(devrt_statistics_get(s, tag, st)); }
+static void stats_of(devrt_resource* s, const char* tag, devrt_memory_stats* st) {
+  CHECK_OK(devrt_statistics_get(s, tag, st));
+}
 
 #define MiB (1ull << 20)
-#define CHECK_CTR(c, cur, pk, tot) CHECK((c).current == (int64_t)(cur) && (c).peak == (int64_t)(pk) && (c).total == (int64_t)(tot))
+#define CHECK_CTR(c, cur, pk, tot) \
+  CHECK((c).current == (int64_t)(cur) && (c).peak == (int64_t)(pk) && (c).total == (int64_t)(tot))
 
 /* ---- logging ---- */
 
@@ -189,11 +200,13 @@ static void test_record_sequence(devrt_resource* up, devrt_stream s) {
   CHECK(col.n == 4);
   if (col.n == 4) {
     devrt_log_record* r = col.r;
-    CHECK(!strcmp(r[0].action, "allocate") && r[0].ptr == p && r[0].size == 1000 && !strcmp(r[0].tag, "alpha") &&
-          r[0].status == DEVRT_OK && r[0].stream == s && r[0].generation == 0);
+    CHECK(!strcmp(r[0].action, "allocate") && r[0].ptr == p && r[0].size == 1000 &&
+          !strcmp(r[0].tag, "alpha") && r[0].status == DEVRT_OK && r[0].stream == s &&
+          r[0].generation == 0);
     CHECK(!strcmp(r[1].action, "allocate failure") && r[1].ptr == NULL && r[1].size == 2000 &&
           !strcmp(r[1].tag, "untagged") && r[1].status == fs);
-    CHECK(!strcmp(r[2].action, "free") && r[2].ptr == p && r[2].size == 1000 && r[2].status == DEVRT_OK);
+    CHECK(!strcmp(r[2].action, "free") && r[2].ptr == p && r[2].size == 1000 &&
+          r[2].status == DEVRT_OK);
     CHECK(!strcmp(r[3].action, "reap") && r[3].size == reaped && r[3].status == DEVRT_OK);
     if (is_fake(up)) CHECK(reaped == 4096);
     for (int i = 0; i < 4; i++) CHECK(r[i].thread == r[0].thread && r[i].thread > 0);
@@ -230,12 +243,19 @@ static void test_csv(devrt_resource* up, devrt_stream s) {
   CHECK_OK(devrt_logging_flush(L));
   char* text = slurp(path);
   CHECK(count_lines(text) == 7);
-  struct { const char* action; void* ptr; uint64_t size; const char* tag; devrt_status st; } want[6] = {
-      {"allocate", a, 4096, odd, DEVRT_OK},       {"allocate", b, 777, "untagged", DEVRT_OK},
+  struct {
+    const char* action;
+    void* ptr;
+    uint64_t size;
+    const char* tag;
+    devrt_status st;
+  } want[6] = {
+      {"allocate", a, 4096, odd, DEVRT_OK},         {"allocate", b, 777, "untagged", DEVRT_OK},
       {"allocate failure", NULL, 12345, "big", fs}, {"free", a, 4096, "untagged", DEVRT_OK},
-      {"free", b, 777, "untagged", DEVRT_OK},     {"reap", NULL, reaped, "untagged", DEVRT_OK}};
+      {"free", b, 777, "untagged", DEVRT_OK},       {"reap", NULL, reaped, "untagged", DEVRT_OK}};
   char* line = strchr(text, '\n');
-  CHECK(line && !strncmp(text, "Thread,Time,Action,Pointer,Size,Stream,Tag,Generation,Status\n", (size_t)(line - text + 1)));
+  CHECK(line && !strncmp(text, "Thread,Time,Action,Pointer,Size,Stream,Tag,Generation,Status\n",
+                         (size_t)(line - text + 1)));
   double last_time = 0;
   for (int i = 0; i < 6 && line && line[1]; i++) {
     line++;
@@ -279,7 +299,8 @@ static void test_jsonl(devrt_resource* up, devrt_stream s) {
   void* a;
   CHECK_OK(devrt_resource_allocate(L, 512, s, "j\"son", &a));
   CHECK_OK(devrt_resource_deallocate(L, a, 512, s));
-  CHECK_OK(devrt_resource_allocate(L, 1024, s, NULL, &a)); /* third record: stays buffered (batch of 2) */
+  CHECK_OK(devrt_resource_allocate(L, 1024, s, NULL,
+                                   &a)); /* third record: stays buffered (batch of 2) */
   char* text = slurp(path);
   CHECK(count_lines(text) == 2);
   free(text);
@@ -361,7 +382,8 @@ static void test_logging_errors(devrt_runtime* rt, devrt_resource* up, devrt_str
   void* p;
   CHECK_OK(devrt_resource_allocate(L, 256, s, "env", &p));
   CHECK_OK(devrt_resource_deallocate(L, p, 256, s));
-  CHECK_STATUS(devrt_statistics_get(L, NULL, &(devrt_memory_stats){{0}, {0}}), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_statistics_get(L, NULL, &(devrt_memory_stats){{0}, {0}}),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_OK(devrt_resource_release(L));
   char* text = slurp(path);
   CHECK(count_lines(text) == 2 && text[0] == '{' && strstr(text, "\"tag\":\"env\""));
@@ -372,7 +394,8 @@ static void test_logging_errors(devrt_runtime* rt, devrt_resource* up, devrt_str
 
   /* A write error drops records, never the call. */
   if (access("/dev/full", W_OK) == 0) {
-    o = (devrt_logging_options){.path = "/dev/full", .format = DEVRT_LOG_JSONL, .buffer_records = 1};
+    o = (devrt_logging_options){
+        .path = "/dev/full", .format = DEVRT_LOG_JSONL, .buffer_records = 1};
     REQUIRE_OK(devrt_logging_resource_create(up, &o, &L));
     CHECK_OK(devrt_resource_allocate(L, 256, s, NULL, &p));
     CHECK_OK(devrt_resource_deallocate(L, p, 256, s));
@@ -407,7 +430,8 @@ static void test_stats_sequence(devrt_resource* up, devrt_stream s) {
   CHECK_CTR(st.bytes, 50 * MiB, 100 * MiB, 100 * MiB);
   CHECK_CTR(st.count, 5, 10, 10);
   static char second[] = "second"; /* the same text as the literal, at another address */
-  for (int i = 10; i < 20; i++) REQUIRE_OK(devrt_resource_allocate(S, 10 * MiB, s, i & 1 ? "second" : second, &p[i]));
+  for (int i = 10; i < 20; i++)
+    REQUIRE_OK(devrt_resource_allocate(S, 10 * MiB, s, i & 1 ? "second" : second, &p[i]));
   devrt_resource_figures fig;
   CHECK_OK(devrt_resource_query(S, &fig));
   CHECK_CTR(fig.bytes, 150 * MiB, 150 * MiB, 200 * MiB);
@@ -441,7 +465,8 @@ static void test_stats_sequence(devrt_resource* up, devrt_stream s) {
   stats_of(S, "second", &st);
   CHECK_CTR(st.bytes, 0, 0, 100 * MiB);
 
-  /* A refused free changes nothing: a double free, and (fake) an upstream that refuses a live one. */
+  /* A refused free changes nothing: a double free, and (fake) an upstream that refuses a live one.
+   */
   CHECK_OK(devrt_resource_deallocate(S, b, 3, s));
   devrt_memory_stats before, after;
   stats_of(S, NULL, &before);
@@ -538,7 +563,8 @@ static void* work(void* arg) {
     }
     if (devrt_resource_deallocate(w->top, p, size, s) != DEVRT_OK) w->errors++;
   }
-  if (devrt_stream_synchronize(w->rt, s) != DEVRT_OK || devrt_stream_release(w->rt, s) != DEVRT_OK) w->errors++;
+  if (devrt_stream_synchronize(w->rt, s) != DEVRT_OK || devrt_stream_release(w->rt, s) != DEVRT_OK)
+    w->errors++;
   return NULL;
 }
 
@@ -548,7 +574,8 @@ static void test_threads(devrt_runtime* rt, devrt_resource* up) {
   collector col = {.mu = PTHREAD_MUTEX_INITIALIZER};
   devrt_resource *S, *L;
   REQUIRE_OK(devrt_statistics_resource_create(up, &S));
-  devrt_logging_options o = {.path = path, .callback = collect, .user = &col, .buffer_records = 128};
+  devrt_logging_options o = {
+      .path = path, .callback = collect, .user = &col, .buffer_records = 128};
   REQUIRE_OK(devrt_logging_resource_create(S, &o, &L));
   pthread_t th[NT];
   worker w[NT];
@@ -575,7 +602,8 @@ static void test_threads(devrt_runtime* rt, devrt_resource* up) {
   CHECK(per_tag == NT * ITERS);
   devrt_resource_figures fig;
   CHECK_OK(devrt_resource_query(L, &fig));
-  CHECK(fig.log_records == 2 * NT * ITERS && fig.log_dropped == 0 && atomic_load(&col.total) == 2 * NT * ITERS);
+  CHECK(fig.log_records == 2 * NT * ITERS && fig.log_dropped == 0 &&
+        atomic_load(&col.total) == 2 * NT * ITERS);
   CHECK(fig.count.total == NT * ITERS);
   CHECK_OK(devrt_logging_flush(L));
   char* text = slurp(path);
@@ -597,11 +625,19 @@ static devrt_resource* async_new(devrt_runtime* rt) {
 /* The peak with counters sharded by thread: threads taking turns stay exact, including main
  * allocating again at its own earlier high while another thread holds a block; a block allocated
  * on one thread and freed on another leaves every current at zero. */
-typedef struct turn { devrt_resource* S; devrt_stream s; void* p; bool free_it; devrt_status st; } turn;
+typedef struct turn {
+  devrt_resource* S;
+  devrt_stream s;
+  void* p;
+  bool free_it;
+  devrt_status st;
+} turn;
 static void* take_turn(void* arg) {
   turn* t = arg;
-  if (t->free_it) t->st = devrt_resource_deallocate(t->S, t->p, 1000, t->s);
-  else t->st = devrt_resource_allocate(t->S, 1000, t->s, "turns", &t->p);
+  if (t->free_it)
+    t->st = devrt_resource_deallocate(t->S, t->p, 1000, t->s);
+  else
+    t->st = devrt_resource_allocate(t->S, 1000, t->s, "turns", &t->p);
   return NULL;
 }
 static void run_turn(turn* t, bool free_it) { /* on a new thread */
@@ -623,7 +659,8 @@ static void test_stats_turns(devrt_resource* up, devrt_stream s) {
   CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q)); /* main's own high again */
   CHECK_OK(devrt_resource_deallocate(S, q, 1000, s));
   stats_of(S, "turns", &st); /* the peak of 2 was reached while main held q */
-  CHECK(st.count.current == 1 && st.count.peak == 2 && st.bytes.peak == 2000 && st.count.total == 3);
+  CHECK(st.count.current == 1 && st.count.peak == 2 && st.bytes.peak == 2000 &&
+        st.count.total == 3);
   CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q));
   run_turn(&b, false);
   stats_of(S, NULL, &st);
@@ -633,7 +670,8 @@ static void test_stats_turns(devrt_resource* up, devrt_stream s) {
   run_turn(&a, true);
   run_turn(&b, true);
   stats_of(S, NULL, &st);
-  CHECK(st.count.current == 0 && st.bytes.current == 0 && st.count.peak == 3 && st.count.total == 5);
+  CHECK(st.count.current == 0 && st.bytes.current == 0 && st.count.peak == 3 &&
+        st.count.total == 5);
   CHECK_OK(devrt_statistics_reset_peaks(S));
   stats_of(S, "turns", &st);
   CHECK(st.count.peak == 0 && st.bytes.peak == 0);
@@ -661,9 +699,11 @@ static void suite(devrt_runtime* rt, const char* name, maker mk) {
   CHECK(fig.live_bytes == 0);
   CHECK_OK(devrt_resource_release(up));
   CHECK_OK(devrt_stream_release(rt, s));
-  printf("%s upstream: logging (callback, csv, jsonl, buffering, errors), statistics (RMM sequence, tags, peaks, "
-         "stacking, refused frees), %d threads x %d: %s\n",
-         name, NT, ITERS, t_failures == before ? "ok" : "FAILED");
+  printf(
+      "%s upstream: logging (callback, csv, jsonl, buffering, errors), statistics (RMM sequence, "
+      "tags, peaks, "
+      "stacking, refused frees), %d threads x %d: %s\n",
+      name, NT, ITERS, t_failures == before ? "ok" : "FAILED");
 }
 
 int main(void) {

@@ -17,7 +17,8 @@ int main(void) {
   for (int i = 0; i < K; i++) CHECK(((uintptr_t)p[i] & 255) == 0);
   CHECK_OK(devrt_stream_synchronize(rt, s));
   CHECK_OK(devrt_pool_stats_get(rt, &st));
-  CHECK(st.used_current >= (uint64_t)K * SZ && st.used_high >= st.used_current && st.reserved_current >= st.used_current);
+  CHECK(st.used_current >= (uint64_t)K * SZ && st.used_high >= st.used_current &&
+        st.reserved_current >= st.used_current);
   uint64_t used_full = st.used_current;
 
   /* Round trip through device memory. */

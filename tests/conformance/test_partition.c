@@ -3,8 +3,8 @@
  * only on its own SMs (devrt_record_smid), disjoint from its siblings', while separately created
  * layouts overlap and are never reported disjoint; graphs captured on a partition stream keep
  * its SMs (cuda); sub-budgets, fallback and plain streams, activation, teardown refusals, stale,
- * foreign and NULL handles, cross-partition use tracking and semaphores, concurrent creation, and creation
- * leaving the caller's current context alone (cuda). */
+ * foreign and NULL handles, cross-partition use tracking and semaphores, concurrent creation, and
+ * creation leaving the caller's current context alone (cuda). */
 #include <pthread.h>
 #include "launch_util.h"
 #ifdef DEVRT_HAVE_CUDA
@@ -92,9 +92,11 @@ static devrt_status mk_layout(const devrt_layout_spec* sp, devrt_layout** out) {
   DV_KEEP_ERROR(after = pstats()); /* a refusal's message stays for the caller's check */
   if (st == DEVRT_OK) {
     CHECK(*out != NULL);
-    CHECK(after.layouts_live == before.layouts_live + 1 && after.layouts_created == before.layouts_created + 1);
+    CHECK(after.layouts_live == before.layouts_live + 1 &&
+          after.layouts_created == before.layouts_created + 1);
   } else {
-    CHECK(after.layouts_live == before.layouts_live && after.layouts_created == before.layouts_created);
+    CHECK(after.layouts_live == before.layouts_live &&
+          after.layouts_created == before.layouts_created);
   }
   return st;
 }
@@ -116,8 +118,13 @@ static devrt_status record(devrt_stream alloc_s, devrt_stream launch_s, smset* s
   void* p = bptr(rt, b);
   void* args[] = {&p};
   devrt_block_use u[] = {{b, DEVRT_ACCESS_WRITE}};
-  devrt_launch_desc d = {.stream = launch_s, .kernel = smid_k, .grid = {BLOCKS}, .block = {32}, .args = args,
-                         .uses = u, .nuses = 1};
+  devrt_launch_desc d = {.stream = launch_s,
+                         .kernel = smid_k,
+                         .grid = {BLOCKS},
+                         .block = {32},
+                         .args = args,
+                         .uses = u,
+                         .nuses = 1};
   uint32_t* ids = calloc(BLOCKS, sizeof *ids);
   if (!ids) abort();
   st = devrt_launch(rt, &d);
@@ -150,9 +157,9 @@ static bool subset(const smset* a, const smset* of) {
 
 typedef struct expect {
   devrt_status status;
-  unsigned nreq;               /* requested groups (even form, groups 0: as many as fit) */
+  unsigned nreq; /* requested groups (even form, groups 0: as many as fit) */
   unsigned req[DEVRT_MAX_PARTITIONS], grant[DEVRT_MAX_PARTITIONS];
-  unsigned fit, per;           /* even form: what the driver's dry run gives */
+  unsigned fit, per; /* even form: what the driver's dry run gives */
 } expect;
 
 static unsigned grant_of(unsigned req) {
@@ -183,14 +190,17 @@ static expect expect_of(const devrt_layout_spec* sp) {
   e.fit = r.groups, e.per = r.sms_per_group;
   e.nreq = sp->groups ? sp->groups : r.groups;
   e.status = e.nreq > r.groups ? DEVRT_ERR_OUT_OF_RESOURCES : DEVRT_OK;
-  for (unsigned i = 0; i < e.nreq && i < DEVRT_MAX_PARTITIONS; i++) e.req[i] = sp->min_sms, e.grant[i] = r.sms_per_group;
+  for (unsigned i = 0; i < e.nreq && i < DEVRT_MAX_PARTITIONS; i++)
+    e.req[i] = sp->min_sms, e.grant[i] = r.sms_per_group;
   return e;
 }
 
 static void print_plan(const char* what, devrt_status st, const devrt_layout_plan* p) {
   printf("%-28s %-17s %u partitions [", what, devrt_status_name(st), p->partitions);
-  for (unsigned i = 0; i < p->partitions && i < DEVRT_MAX_PARTITIONS; i++) printf("%s%u", i ? " " : "", p->sm_counts[i]);
-  printf("] idle %u, catch-all %u%s\n", p->idle_sms, p->catch_all, p->remainder_partition ? ", remainder" : "");
+  for (unsigned i = 0; i < p->partitions && i < DEVRT_MAX_PARTITIONS; i++)
+    printf("%s%u", i ? " " : "", p->sm_counts[i]);
+  printf("] idle %u, catch-all %u%s\n", p->idle_sms, p->catch_all,
+         p->remainder_partition ? ", remainder" : "");
 }
 
 /* The split rules and the exact plan for an isolated layout of `sp`. */
@@ -241,7 +251,8 @@ typedef struct named_spec {
   devrt_layout_spec spec;
 } named_spec;
 
-static unsigned u_8_16[] = {8, 16}, u_9_12_3[] = {9, 12, 3}, u_16_8[] = {16, 8}, u_4_4[] = {4, 4}, u_dev[1];
+static unsigned u_8_16[] = {8, 16}, u_9_12_3[] = {9, 12, 3}, u_16_8[] = {16, 8}, u_4_4[] = {4, 4},
+                u_dev[1];
 
 static named_spec specs[16];
 static unsigned nspecs;
@@ -279,7 +290,8 @@ static void test_plans(void) {
       devrt_split_result r;
       CHECK_OK(devrt_device_split_query(rt, sp->min_sms, 0, &r));
       for (unsigned g = 0; g < sp->groups && g < p.partitions && st == DEVRT_OK; g++)
-        if (!(sp->remainder == DEVRT_REMAINDER_MERGE && g == sp->groups - 1)) CHECK(p.sm_counts[g] == r.sms_per_group);
+        if (!(sp->remainder == DEVRT_REMAINDER_MERGE && g == sp->groups - 1))
+          CHECK(p.sm_counts[g] == r.sms_per_group);
     }
   }
   /* A zeroed spec is the even form with every default: as many groups of the minimum as fit. */
@@ -297,13 +309,15 @@ static void test_plans(void) {
     devrt_layout_spec sp = {.sm_counts = &n, .count = 1, .remainder = DEVRT_REMAINDER_IDLE};
     devrt_layout_plan p;
     memset(&p, 0, sizeof p);
-    if (rup(umax(n, MINP), ALIGN) > DEV) continue; /* rounded past the device: not a rule of its own */
+    if (rup(umax(n, MINP), ALIGN) > DEV)
+      continue; /* rounded past the device: not a rule of its own */
     CHECK_OK(devrt_layout_plan_get(rt, &sp, &p));
     expect e = expect_of(&sp);
     check_plan(&sp, &p, &e);
   }
 
-  /* The driver gives fewer groups than asked: OUT_OF_RESOURCES, the plan shows what it would give. */
+  /* The driver gives fewer groups than asked: OUT_OF_RESOURCES, the plan shows what it would give.
+   */
   devrt_split_result r;
   REQUIRE_OK(devrt_device_split_query(rt, 8, 0, &r));
   devrt_layout_spec more = {.groups = r.groups + 1, .min_sms = 8};
@@ -313,7 +327,8 @@ static void test_plans(void) {
   print_plan("even (fit+1) x 8", st, &p);
   CHECK_STATUS(st, DEVRT_ERR_OUT_OF_RESOURCES);
   CHECK(p.partitions >= r.groups && p.partitions <= r.groups + 1 && p.device_sms == DEV);
-  for (unsigned i = 0; i < r.groups && i < DEVRT_MAX_PARTITIONS; i++) CHECK(p.sm_counts[i] == r.sms_per_group);
+  for (unsigned i = 0; i < r.groups && i < DEVRT_MAX_PARTITIONS; i++)
+    CHECK(p.sm_counts[i] == r.sms_per_group);
 
   /* Larger than the device: INVALID_ARGUMENT with a message. */
   unsigned big[] = {DEV, 1}, huge[] = {DEV + 1};
@@ -335,7 +350,7 @@ static void test_plans(void) {
       {.sm_counts = NULL, .count = 2},                           /* a count with no list */
       {.sm_counts = zero, .count = 2},                           /* a group of 0 SMs */
       {.groups = 2, .min_sms = 8, .remainder = (devrt_remainder)7},
-      {.groups = 2, .min_sms = 8, .flags = 1u << 20},            /* an unknown flag */
+      {.groups = 2, .min_sms = 8, .flags = 1u << 20}, /* an unknown flag */
   };
   for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
     devrt_status s = devrt_layout_plan_get(rt, &bad[i], &p);
@@ -398,7 +413,8 @@ static void check_isolation(devrt_layout* L, const devrt_layout_plan* plan, smse
     CHECK_OK(record(st, st, &s[i]));
     CHECK(s[i].n >= 1 && s[i].n <= pi.sm_count);
     CHECK(s[i].n == pi.sm_count); /* BLOCKS blocks reach every SM of the partition */
-    if (!cuda) CHECK(s[i].lo == off && s[i].hi == off + pi.sm_count - 1); /* host: workers in id order */
+    if (!cuda)
+      CHECK(s[i].lo == off && s[i].hi == off + pi.sm_count - 1); /* host: workers in id order */
     off += pi.sm_count;
     CHECK_OK(devrt_stream_release(rt, st));
   }
@@ -430,10 +446,13 @@ static void test_create_matches_plan(void) {
     devrt_layout_info li = linfo(L);
     CHECK(!li.active && li.create_ms > 0.0 && li.create_ms < 60000.0);
     const devrt_layout_plan* b = &li.plan;
-    CHECK(b->partitions == plan.partitions && b->idle_sms == plan.idle_sms && b->device_sms == plan.device_sms);
-    CHECK(b->catch_all == plan.catch_all && b->isolated && b->remainder_partition == plan.remainder_partition);
+    CHECK(b->partitions == plan.partitions && b->idle_sms == plan.idle_sms &&
+          b->device_sms == plan.device_sms);
+    CHECK(b->catch_all == plan.catch_all && b->isolated &&
+          b->remainder_partition == plan.remainder_partition);
     CHECK(b->fallback_reason[0] == 0);
-    for (unsigned i = 0; i < plan.partitions && i < DEVRT_MAX_PARTITIONS; i++) CHECK(b->sm_counts[i] == plan.sm_counts[i]);
+    for (unsigned i = 0; i < plan.partitions && i < DEVRT_MAX_PARTITIONS; i++)
+      CHECK(b->sm_counts[i] == plan.sm_counts[i]);
     for (unsigned i = 0; i < plan.partitions; i++) {
       devrt_partition_info pi = pinfo(part(L, i));
       CHECK(pi.index == i && pi.sm_count == plan.sm_counts[i] && pi.isolated);
@@ -442,8 +461,10 @@ static void test_create_matches_plan(void) {
       CHECK(pi.cluster_capable);
       /* 0 streams: 4 each, or a fair share of the slots kept for partitions when 4 do not fit */
       unsigned kept = rt->cfg.partition_streams;
-      if (4 * plan.partitions <= kept) CHECK(pi.streams == 4);
-      else CHECK(pi.streams >= 1 && pi.streams < 4 && pi.streams * plan.partitions <= kept);
+      if (4 * plan.partitions <= kept)
+        CHECK(pi.streams == 4);
+      else
+        CHECK(pi.streams >= 1 && pi.streams < 4 && pi.streams * plan.partitions <= kept);
       CHECK(pi.streams_in_use == 0);
       CHECK(pi.memory.live_bytes == 0);
     }
@@ -458,8 +479,11 @@ static void test_create_matches_plan(void) {
     CUdevice dev = 0;
     CUcontext primary = NULL, cur = NULL;
     devrt_layout* Lc = NULL;
-    REQUIRE_OK(D->cuDeviceGet(&dev, dinfo.ordinal) == CUDA_SUCCESS ? DEVRT_OK : DEVRT_ERR_BACKEND_ERROR);
-    REQUIRE_OK(D->cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS ? DEVRT_OK : DEVRT_ERR_BACKEND_ERROR);
+    REQUIRE_OK(D->cuDeviceGet(&dev, dinfo.ordinal) == CUDA_SUCCESS ? DEVRT_OK
+                                                                   : DEVRT_ERR_BACKEND_ERROR);
+    REQUIRE_OK(D->cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS
+                   ? DEVRT_OK
+                   : DEVRT_ERR_BACKEND_ERROR);
     CHECK(D->cuCtxPushCurrent(primary) == CUDA_SUCCESS);
     CHECK_OK(mk_layout(&specs[0].spec, &Lc)); /* mk_layout compares before and after */
     D->cuCtxGetCurrent(&cur);
@@ -503,7 +527,8 @@ static void test_create_matches_plan(void) {
     devrt_partition* p0 = part(L, 0);
     devrt_stream a = pstream(p0), b = pstream(p0), c = 0;
     CHECK(a != b);
-    CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, &c), DEVRT_ERR_OUT_OF_RESOURCES);
+    CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, &c),
+                 DEVRT_ERR_OUT_OF_RESOURCES);
     CHECK(pinfo(p0).streams_in_use == 2);
     CHECK(pinfo(part(L, 1)).streams_in_use == 0); /* another partition's pool is its own */
     CHECK_OK(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_SHARE, &c));
@@ -537,7 +562,8 @@ static void test_two_layouts(void) {
   CHECK(!disjoint(a0, b0) && !disjoint(b0, a0) && !disjoint(a0, b1) && !disjoint(a1, b0));
   CHECK(disjoint(a0, a1) && disjoint(b1, b0));
   unsigned ov = overlap(&sa[0], &sb[0]);
-  printf("  partition 0 of each: %u and %u SMs, %u in common (separate splits, same SMs)\n", sa[0].n, sb[0].n, ov);
+  printf("  partition 0 of each: %u and %u SMs, %u in common (separate splits, same SMs)\n",
+         sa[0].n, sb[0].n, ov);
   CHECK(ov > 0);
 
 #ifdef DEVRT_HAVE_CUDA
@@ -549,7 +575,8 @@ static void test_two_layouts(void) {
     REQUIRE_OK(devrt_stream_native(rt, ps, &pn));
     REQUIRE_OK(devrt_stream_native(rt, s, &sn));
     CUgreenCtx g = (CUgreenCtx)1;
-    CHECK(D->cuStreamGetGreenCtx((CUstream)sn, &g) == CUDA_SUCCESS && g == NULL); /* a pool stream */
+    CHECK(D->cuStreamGetGreenCtx((CUstream)sn, &g) == CUDA_SUCCESS &&
+          g == NULL); /* a pool stream */
     REQUIRE_OK(devrt_pool_alloc(rt, BLOCKS * sizeof(uint32_t), s, &buf));
     CHECK_OK(devrt_memset_async(rt, buf, 0xff, BLOCKS * sizeof(uint32_t), s));
     CHECK_OK(devrt_stream_synchronize(rt, s));
@@ -567,14 +594,18 @@ static void test_two_layouts(void) {
     /* Instantiation needs a current context; devrt never makes one current, so push the primary. */
     CUdevice dev;
     CUcontext primary = NULL, popped = NULL;
-    REQUIRE_OK(D->cuDeviceGet(&dev, dinfo.ordinal) == CUDA_SUCCESS && D->cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS
-                   ? DEVRT_OK : DEVRT_ERR_BACKEND_ERROR);
+    REQUIRE_OK(D->cuDeviceGet(&dev, dinfo.ordinal) == CUDA_SUCCESS &&
+                       D->cuDevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS
+                   ? DEVRT_OK
+                   : DEVRT_ERR_BACKEND_ERROR);
     D->cuCtxPushCurrent(primary);
-    CUresult ri = graph ? D->cuGraphInstantiateWithFlags(&exec, graph, 0) : CUDA_ERROR_INVALID_VALUE;
+    CUresult ri =
+        graph ? D->cuGraphInstantiateWithFlags(&exec, graph, 0) : CUDA_ERROR_INVALID_VALUE;
     CUresult rl = exec ? D->cuGraphLaunch(exec, (CUstream)sn) : CUDA_ERROR_INVALID_VALUE;
     D->cuCtxPopCurrent(&popped);
     D->cuDevicePrimaryCtxRelease(dev);
-    if (ri != CUDA_SUCCESS || rl != CUDA_SUCCESS) printf("  graph: instantiate %d, launch %d\n", (int)ri, (int)rl);
+    if (ri != CUDA_SUCCESS || rl != CUDA_SUCCESS)
+      printf("  graph: instantiate %d, launch %d\n", (int)ri, (int)rl);
     CHECK(ri == CUDA_SUCCESS && rl == CUDA_SUCCESS && popped == primary);
     CHECK_OK(devrt_stream_synchronize(rt, s));
     uint32_t* ids = calloc(BLOCKS, sizeof *ids);
@@ -585,12 +616,17 @@ static void test_two_layouts(void) {
     memset(&gs, 0, sizeof gs);
     unsigned outside = 0;
     for (unsigned i = 0; i < BLOCKS; i++) {
-      if (ids[i] >= MAXID) { outside++; continue; }
+      if (ids[i] >= MAXID) {
+        outside++;
+        continue;
+      }
       if (!gs.in[ids[i]]) gs.in[ids[i]] = 1, gs.n++;
       outside += !sa[0].in[ids[i]];
     }
-    printf("  graph captured on partition 0, launched on a pool stream: %u distinct SMs, %u blocks outside the partition\n",
-           gs.n, outside);
+    printf(
+        "  graph captured on partition 0, launched on a pool stream: %u distinct SMs, %u blocks "
+        "outside the partition\n",
+        gs.n, outside);
     CHECK(outside == 0 && gs.n >= 1 && gs.n <= pinfo(a0).sm_count);
     free(ids);
     if (exec) D->cuGraphExecDestroy(exec);
@@ -625,8 +661,9 @@ static void test_budgets(void) {
   CHECK_OK(devrt_block_alloc(rt, MiB / 2, s0, "p0-half", &b0));
   CHECK_OK(devrt_block_alloc(rt, 2 * MiB, s1, "p1-two", &b1)); /* the sibling's share is its own */
   devrt_partition_info i0 = pinfo(p0), i1 = pinfo(p1);
-  printf("sub-budgets: p0 limit %llu live %llu, p1 live %llu\n", (unsigned long long)i0.memory.limit_bytes,
-         (unsigned long long)i0.memory.live_bytes, (unsigned long long)i1.memory.live_bytes);
+  printf("sub-budgets: p0 limit %llu live %llu, p1 live %llu\n",
+         (unsigned long long)i0.memory.limit_bytes, (unsigned long long)i0.memory.live_bytes,
+         (unsigned long long)i1.memory.live_bytes);
   CHECK(i0.memory.live_bytes >= MiB / 2 && i0.memory.live_bytes <= MiB);
   CHECK(i1.memory.live_bytes >= 2 * MiB && i1.memory.live_bytes < 3 * MiB);
   /* The partition's resource is the same sub-budget. */
@@ -713,7 +750,7 @@ static void test_own_stack_outlives_streams(void) {
   void *q = NULL, *q2 = NULL;
   CHECK_OK(devrt_resource_allocate(c, MiB, s, "own", &q));
   CHECK_OK(devrt_resource_allocate(a, MiB, s, "own", &q2));
-  if (q) CHECK_OK(devrt_resource_deallocate(c, q, MiB, s)); /* cached on the partition's stream */
+  if (q) CHECK_OK(devrt_resource_deallocate(c, q, MiB, s));   /* cached on the partition's stream */
   if (q2) CHECK_OK(devrt_resource_deallocate(a, q2, MiB, s)); /* pending on it */
   CHECK_OK(devrt_stream_release(rt, s));
   rm_layout(L);
@@ -730,7 +767,8 @@ static void test_own_stack_outlives_streams(void) {
 
 /* ---- 7. fallback and plain streams ---- */
 
-static void check_plain(devrt_layout* L, unsigned requested, unsigned partitions, const char* what) {
+static void check_plain(devrt_layout* L, unsigned requested, unsigned partitions,
+                        const char* what) {
   devrt_layout_info li = linfo(L);
   printf("%s: isolated %d, reason \"%s\"\n", what, li.plan.isolated, li.plan.fallback_reason);
   CHECK(!li.plan.isolated && li.plan.fallback_reason[0] != 0);
@@ -786,7 +824,8 @@ static void test_fallback(void) {
     CHECK_OK(mk_layout(&sp, &L));
     rt->be->fault_arm(rt->dev, DV_FAULT_GREEN, 0);
     if (!L) continue;
-    check_plain(L, 2, plan.partitions, nth == 1 ? "fallback (first green refused)" : "fallback (second green refused)");
+    check_plain(L, 2, plan.partitions,
+                nth == 1 ? "fallback (first green refused)" : "fallback (second green refused)");
     rm_layout(L);
   }
   devrt_partition_stats st2 = pstats();
@@ -839,7 +878,8 @@ static void test_activation(void) {
   /* A launch naming stream 0 runs on the catch-all partition. */
   CHECK_OK(record(cas, 0, &via0));
   CHECK(via0.n >= 1 && subset(&via0, &caset));
-  printf("active layout: stream 0 launch ran on %u SMs, all in the catch-all partition's %u\n", via0.n, caset.n);
+  printf("active layout: stream 0 launch ran on %u SMs, all in the catch-all partition's %u\n",
+         via0.n, caset.n);
   CHECK_STATUS(devrt_layout_destroy(rt, L), DEVRT_ERR_INVALID_STATE); /* active */
   CHECK_OK(devrt_stream_release(rt, s));
 
@@ -874,10 +914,12 @@ static void test_activation(void) {
   CHECK_OK(devrt_runtime_destroy(rt2));
   static char fake[256];
   CHECK_STATUS(devrt_layout_info_get(rt, (devrt_layout*)fake, &i2), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_partition_info_get(rt, (devrt_partition*)fake, &pi2), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_partition_info_get(rt, (devrt_partition*)fake, &pi2),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_layout_destroy(rt, (devrt_layout*)fake), DEVRT_ERR_INVALID_ARGUMENT);
   bool d = false;
-  CHECK_STATUS(devrt_partitions_disjoint(rt, p0, (devrt_partition*)fake, &d), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_partitions_disjoint(rt, p0, (devrt_partition*)fake, &d),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(linfo(L).plan.partitions == li.plan.partitions);
 
   /* NULLs. */
@@ -901,8 +943,10 @@ static void test_activation(void) {
   CHECK_STATUS(devrt_layout_partition(rt, L, 0, NULL), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partition_info_get(rt, NULL, &pi2), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partition_info_get(rt, p0, NULL), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_partition_stream_acquire(rt, NULL, DEVRT_ACQUIRE_FAIL, &os), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_partition_stream_acquire(rt, NULL, DEVRT_ACQUIRE_FAIL, &os),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, NULL),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_stream_partition(rt, 0, &p), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_stream_partition(rt, ps, NULL), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_stream_partition(NULL, ps, &p), DEVRT_ERR_INVALID_ARGUMENT);
@@ -922,7 +966,8 @@ static void test_activation(void) {
   CHECK_STATUS(devrt_layout_activate(rt, L), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_layout_destroy(rt, L), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partition_info_get(rt, p0, &pi2), DEVRT_ERR_INVALID_ARGUMENT);
-  CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, &os), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_partition_stream_acquire(rt, p0, DEVRT_ACQUIRE_FAIL, &os),
+               DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partition_set_budget(rt, p0, MiB), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partition_resource(rt, p0, &r), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_partitions_disjoint(rt, p0, p1, &d), DEVRT_ERR_INVALID_ARGUMENT);
@@ -961,8 +1006,8 @@ static void test_cross_partition(void) {
   uint64_t war = b_wrong(rt, sb, z, N, 0xc0ffee);
   CHECK_OK(devrt_stream_synchronize(rt, sa));
   uint64_t last = b_wrong(rt, sa, x, N, 7);
-  printf("cross-partition: RAW %llu wrong, WAR %llu wrong, final %llu wrong\n", (unsigned long long)raw,
-         (unsigned long long)war, (unsigned long long)last);
+  printf("cross-partition: RAW %llu wrong, WAR %llu wrong, final %llu wrong\n",
+         (unsigned long long)raw, (unsigned long long)war, (unsigned long long)last);
   CHECK(raw == 0 && war == 0 && last == 0);
   /* A semaphore across partitions: the consumer on B is queued first, waiting for the value the
    * slow writer on A signals. Both launches are untracked: only the semaphore orders them. */
@@ -973,16 +1018,25 @@ static void test_cross_partition(void) {
   uint64_t n = N, delay = DELAY;
   void *fargs[] = {&px, &v, &n, &delay}, *cargs[] = {&pz, &px, &n};
   devrt_semaphore_value one = {sem, 1};
-  devrt_submission cons = {.stream = sb, .waits = &one, .nwaits = 1, .kind = DEVRT_WORK_LAUNCH,
-                           .launch = {.kernel = K.copy, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = cargs}};
-  devrt_submission prod = {.stream = sa, .signals = &one, .nsignals = 1, .kind = DEVRT_WORK_LAUNCH,
-                           .launch = {.kernel = K.slow_fill, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = fargs}};
+  devrt_submission cons = {
+      .stream = sb,
+      .waits = &one,
+      .nwaits = 1,
+      .kind = DEVRT_WORK_LAUNCH,
+      .launch = {.kernel = K.copy, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = cargs}};
+  devrt_submission prod = {
+      .stream = sa,
+      .signals = &one,
+      .nsignals = 1,
+      .kind = DEVRT_WORK_LAUNCH,
+      .launch = {.kernel = K.slow_fill, .grid = {1, 1, 1}, .block = {256, 1, 1}, .args = fargs}};
   CHECK_OK(devrt_queue_submit(rt, &cons));
   CHECK_OK(devrt_queue_submit(rt, &prod));
   CHECK_OK(devrt_semaphore_wait(sem, 1, 10 * 1000 * MS));
   CHECK_OK(devrt_stream_synchronize(rt, sb));
   uint64_t hop = b_wrong(rt, sb, z, N, 0xbeef);
-  printf("cross-partition semaphore (consumer queued first): %llu wrong\n", (unsigned long long)hop);
+  printf("cross-partition semaphore (consumer queued first): %llu wrong\n",
+         (unsigned long long)hop);
   CHECK(hop == 0);
   CHECK_OK(devrt_semaphore_destroy(sem));
   CHECK_OK(devrt_block_free(rt, x));
@@ -1005,8 +1059,9 @@ static void* creator(void* arg) {
   for (int i = 0; i < ROUNDS; i++) {
     devrt_layout* L = NULL;
     devrt_layout_info li;
-    if (devrt_layout_create(rt, &sp, &L) != DEVRT_OK || devrt_layout_info_get(rt, L, &li) != DEVRT_OK ||
-        !li.plan.isolated || devrt_layout_destroy(rt, L) != DEVRT_OK) {
+    if (devrt_layout_create(rt, &sp, &L) != DEVRT_OK ||
+        devrt_layout_info_get(rt, L, &li) != DEVRT_OK || !li.plan.isolated ||
+        devrt_layout_destroy(rt, L) != DEVRT_OK) {
       fprintf(stderr, "creator: %s\n", devrt_last_error());
       atomic_fetch_add(&thread_failures, 1);
     }
@@ -1022,7 +1077,8 @@ static void test_concurrent(void) {
   for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
   devrt_partition_stats st1 = pstats();
   CHECK(thread_failures == 0);
-  CHECK(st1.layouts_created == st0.layouts_created + THREADS * ROUNDS && st1.layouts_live == st0.layouts_live);
+  CHECK(st1.layouts_created == st0.layouts_created + THREADS * ROUNDS &&
+        st1.layouts_live == st0.layouts_live);
 }
 
 int main(void) {
@@ -1033,10 +1089,11 @@ int main(void) {
   rt = t_runtime_cfg(&cfg);
   cuda = t_is_cuda(rt);
   REQUIRE_OK(devrt_device_info_get(rt, &dinfo));
-  DEV = (unsigned)dinfo.sm_count, MINP = dinfo.min_partition_sms, ALIGN = dinfo.sm_alignment ? dinfo.sm_alignment : 1;
+  DEV = (unsigned)dinfo.sm_count, MINP = dinfo.min_partition_sms,
+  ALIGN = dinfo.sm_alignment ? dinfo.sm_alignment : 1;
   BLOCKS = cuda ? 2048 : 64;
-  printf("device: %s, %u SMs, green %d, min partition %u, alignment %u, structured split %d\n", dinfo.name, DEV,
-         dinfo.green_contexts, MINP, ALIGN, dinfo.structured_split);
+  printf("device: %s, %u SMs, green %d, min partition %u, alignment %u, structured split %d\n",
+         dinfo.name, DEV, dinfo.green_contexts, MINP, ALIGN, dinfo.structured_split);
   if (!dinfo.green_contexts) { /* nothing to partition: only plain streams */
     devrt_layout_spec sp = {.groups = 2, .min_sms = 1};
     devrt_layout_plan p;
@@ -1067,8 +1124,9 @@ int main(void) {
   test_frees_outlive_streams();
   test_own_stack_outlives_streams();
   devrt_partition_stats st1 = pstats();
-  printf("stats: %llu layouts created, %llu live, %llu fallbacks, %llu plain\n", (unsigned long long)st1.layouts_created,
-         (unsigned long long)st1.layouts_live, (unsigned long long)st1.fallbacks, (unsigned long long)st1.plain);
+  printf("stats: %llu layouts created, %llu live, %llu fallbacks, %llu plain\n",
+         (unsigned long long)st1.layouts_created, (unsigned long long)st1.layouts_live,
+         (unsigned long long)st1.fallbacks, (unsigned long long)st1.plain);
   CHECK(st1.layouts_live == st0.layouts_live);
 
   CHECK_OK(devrt_module_unload(rt, K.mod));

@@ -1,18 +1,24 @@
 /* test_queue.c: the submission queue (queue.h) over timeline semaphores: IREE's CTS submission
  * cases, device/host chains in every direction (12 launches and 32768 barriers, reverse order),
- * failure propagation, queued alloc/free, host calls, device loss, refusals, both completion modes. */
+ * failure propagation, queued alloc/free, host calls, device loss, refusals, both completion modes.
+ */
 #include <pthread.h>
 #include "launch_util.h"
 
-enum { N = 256 };                 /* words per block: one 256-thread block per launch */
-#define T (20000 * MS)            /* a wait that runs out is a failure, never a hang */
+enum { N = 256 };      /* words per block: one 256-thread block per launch */
+#define T (20000 * MS) /* a wait that runs out is a failure, never a hang */
 #define MiB (1ull << 20)
 
 typedef devrt_semaphore_value sv;
-typedef struct list { sv* v; unsigned n; } list; /* a submission's waits or signals */
+typedef struct list {
+  sv* v;
+  unsigned n;
+} list; /* a submission's waits or signals */
 #define L(...) ((list){(sv[]){__VA_ARGS__}, (unsigned)(sizeof((sv[]){__VA_ARGS__}) / sizeof(sv))})
 #define NONE ((list){NULL, 0})
-#define DROP(...) drop((devrt_semaphore*[]){__VA_ARGS__}, sizeof((devrt_semaphore*[]){__VA_ARGS__}) / sizeof(devrt_semaphore*))
+#define DROP(...)                         \
+  drop((devrt_semaphore*[]){__VA_ARGS__}, \
+       sizeof((devrt_semaphore*[]){__VA_ARGS__}) / sizeof(devrt_semaphore*))
 
 /* A runtime with devrt's kernels, two held streams and one for setup and read-back. */
 typedef struct ctx {
@@ -48,10 +54,10 @@ static devrt_queue_stats qstats(const ctx* c) {
 }
 
 /* Counters bumped on devrt's threads may trail the signal that woke the test by a moment. */
-#define SETTLE(c, st, cond)                                                            \
-  do {                                                                                 \
-    for (int t_ = 0; (st) = qstats(c), !(cond) && t_ < 100; t_++) t_sleep_ms(1);        \
-    CHECK(cond);                                                                       \
+#define SETTLE(c, st, cond)                                                      \
+  do {                                                                           \
+    for (int t_ = 0; (st) = qstats(c), !(cond) && t_ < 100; t_++) t_sleep_ms(1); \
+    CHECK(cond);                                                                 \
   } while (0)
 
 /* ---- semaphores ---- */
@@ -72,7 +78,9 @@ static uint64_t value(devrt_semaphore* s) {
   return v;
 }
 
-static bool pending(devrt_semaphore* s, uint64_t v) { return devrt_semaphore_wait(s, v, 0) == DEVRT_ERR_TIMEOUT; }
+static bool pending(devrt_semaphore* s, uint64_t v) {
+  return devrt_semaphore_wait(s, v, 0) == DEVRT_ERR_TIMEOUT;
+}
 
 /* The host wait for v succeeds and the value is exactly v. */
 static void reached(devrt_semaphore* s, uint64_t v) {
@@ -121,15 +129,20 @@ static devrt_status barrier(const ctx* c, devrt_stream s, list w, list g) {
 /* A LAUNCH of devrt_slow_fill_u32 (src 0: dst = v) or devrt_slow_copy_u32 (dst = src) over N
  * words after delay_ns. Untracked unless `tracked`, so only the semaphores order it. Its
  * arguments and use list are zeroed right after the submit. */
-static devrt_status q_kern(const ctx* c, devrt_stream s, list w, list g, devrt_block dst, devrt_block src,
-                           uint32_t v, uint64_t delay, bool tracked) {
+static devrt_status q_kern(const ctx* c, devrt_stream s, list w, list g, devrt_block dst,
+                           devrt_block src, uint32_t v, uint64_t delay, bool tracked) {
   void *d = bptr(c->r, dst), *sp = bptr(c->r, src);
   uint64_t n = N;
   void* args[] = {&d, src ? (void*)&sp : (void*)&v, &n, &delay};
   devrt_block_use u[] = {{dst, DEVRT_ACCESS_WRITE}, {src, DEVRT_ACCESS_READ}};
-  devrt_submission sub = {.stream = s, .kind = DEVRT_WORK_LAUNCH,
-                          .launch = {.kernel = src ? c->k.slow_copy : c->k.slow_fill, .grid = {1}, .block = {256},
-                                     .args = args, .uses = u, .nuses = tracked ? (src ? 2 : 1) : 0}};
+  devrt_submission sub = {.stream = s,
+                          .kind = DEVRT_WORK_LAUNCH,
+                          .launch = {.kernel = src ? c->k.slow_copy : c->k.slow_fill,
+                                     .grid = {1},
+                                     .block = {256},
+                                     .args = args,
+                                     .uses = u,
+                                     .nuses = tracked ? (src ? 2 : 1) : 0}};
   devrt_status st = q_submit(c->r, sub, w, g);
   clobber(args, sizeof args), clobber(u, sizeof u), clobber(&d, sizeof d), clobber(&sp, sizeof sp);
   clobber(&v, sizeof v), clobber(&n, sizeof n), clobber(&delay, sizeof delay);
@@ -152,27 +165,34 @@ static devrt_status do_io(void* user, devrt_stream s, void* native) {
   op->calls++;
   devrt_status st = devrt_block_ptr(op->r, op->b, &p);
   if (st != DEVRT_OK) return st;
-  return op->host ? devrt_memcpy_async(op->r, op->host, p, N * 4, s) : devrt_memset_async(op->r, p, op->byte, N * 4, s);
+  return op->host ? devrt_memcpy_async(op->r, op->host, p, N * 4, s)
+                  : devrt_memset_async(op->r, p, op->byte, N * 4, s);
 }
 
 static devrt_status q_io(const ctx* c, devrt_stream s, list w, list g, io_op* op) {
   devrt_block_use u = {op->b, op->host ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE};
-  devrt_submission sub = {.stream = s, .kind = DEVRT_WORK_LAUNCH,
+  devrt_submission sub = {.stream = s,
+                          .kind = DEVRT_WORK_LAUNCH,
                           .launch = {.enqueue = do_io, .user = op, .uses = &u, .nuses = 1}};
   devrt_status st = q_submit(c->r, sub, w, g);
   clobber(&u, sizeof u);
   return st;
 }
 
-static devrt_status q_alloc(const ctx* c, devrt_stream s, list w, list g, size_t size, devrt_block* out) {
-  return q_submit(c->r, (devrt_submission){.stream = s, .kind = DEVRT_WORK_ALLOC, .alloc = {size, "queued", out}}, w, g);
+static devrt_status q_alloc(const ctx* c, devrt_stream s, list w, list g, size_t size,
+                            devrt_block* out) {
+  return q_submit(
+      c->r,
+      (devrt_submission){.stream = s, .kind = DEVRT_WORK_ALLOC, .alloc = {size, "queued", out}}, w,
+      g);
 }
 
 static devrt_status q_free(const ctx* c, devrt_stream s, list w, list g, devrt_block b) {
   return q_submit(c->r, (devrt_submission){.stream = s, .kind = DEVRT_WORK_FREE, .block = b}, w, g);
 }
 
-/* A host call: records how often, where and in what order it ran, and what `probe` had completed. */
+/* A host call: records how often, where and in what order it ran, and what `probe` had completed.
+ */
 typedef struct hcall {
   struct hcall* self; /* the user pointer must arrive intact */
   int* counter;       /* when set: seen = (*counter)++ */
@@ -188,13 +208,15 @@ static devrt_status on_host(void* user) {
   h->calls++;
   h->on_submitter = pthread_equal(pthread_self(), g_main);
   if (h->self == h && h->counter) h->seen = (*h->counter)++;
-  if (h->self == h && h->probe && devrt_semaphore_query(h->probe, &h->probed) != DEVRT_OK) h->probed = 0;
+  if (h->self == h && h->probe && devrt_semaphore_query(h->probe, &h->probed) != DEVRT_OK)
+    h->probed = 0;
   return h->self == h ? h->ret : DEVRT_ERR_INVALID_ARGUMENT;
 }
 
 static devrt_status host_call(const ctx* c, list w, list g, hcall* h) {
   h->self = h;
-  return q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_HOST_CALL, .host = {on_host, h}}, w, g);
+  return q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_HOST_CALL, .host = {on_host, h}}, w,
+                  g);
 }
 
 /* ---- blocks ---- */
@@ -231,7 +253,8 @@ static void barrier_no_waits(const ctx* c) {
   devrt_queue_stats st0 = qstats(c), st;
   CHECK_OK(barrier(c, 0, NONE, L({s, 1})));
   st = qstats(c);
-  CHECK(st.submitted - st0.submitted == 1 && st.issued_inline - st0.issued_inline == 1 && st.parked == st0.parked);
+  CHECK(st.submitted - st0.submitted == 1 && st.issued_inline - st0.issued_inline == 1 &&
+        st.parked == st0.parked);
   reached(s, 1);
   DROP(s);
 }
@@ -369,7 +392,8 @@ static void reverse_chain(const ctx* c) {
   devrt_semaphore* s = sem(c, 0);
   devrt_queue_stats st0 = qstats(c), st;
   for (unsigned i = STEPS; i-- > 0;) /* step i waits s >= i + 1 and signals i + 2 */
-    CHECK_OK(q_kern(c, alt(c, i), L({s, i + 1}), L({s, i + 2}), b[i], i ? b[i - 1] : 0, 0xc0de, i ? MS : 10 * MS, false));
+    CHECK_OK(q_kern(c, alt(c, i), L({s, i + 1}), L({s, i + 2}), b[i], i ? b[i - 1] : 0, 0xc0de,
+                    i ? MS : 10 * MS, false));
   st = qstats(c);
   CHECK(st.parked - st0.parked == STEPS && st.issued_inline == st0.issued_inline && value(s) == 0);
   CHECK_OK(devrt_semaphore_signal(s, 1));
@@ -466,12 +490,16 @@ static void chains(ctx* c, int mode) {
   chain_hd(c);
   chain_hh(c);
   devrt_queue_stats st = qstats(c);
-  printf("%s completion: %llu submitted, %llu inline, %llu parked, %llu by dispatch, %llu device waits, "
-         "%llu host hops, %llu completions\n", mode == DEVRT_COMPLETION_SYNC ? "sync" : "hostfn",
-         (unsigned long long)st.submitted, (unsigned long long)st.issued_inline, (unsigned long long)st.parked,
-         (unsigned long long)st.issued_by_dispatch, (unsigned long long)st.device_waits,
-         (unsigned long long)st.host_hops, (unsigned long long)st.completions);
-  CHECK(st.host_hops == 0 && st.completions > 0 && st.completion_wakeups > 0 && st.dispatch_wakeups > 0);
+  printf(
+      "%s completion: %llu submitted, %llu inline, %llu parked, %llu by dispatch, %llu device "
+      "waits, "
+      "%llu host hops, %llu completions\n",
+      mode == DEVRT_COMPLETION_SYNC ? "sync" : "hostfn", (unsigned long long)st.submitted,
+      (unsigned long long)st.issued_inline, (unsigned long long)st.parked,
+      (unsigned long long)st.issued_by_dispatch, (unsigned long long)st.device_waits,
+      (unsigned long long)st.host_hops, (unsigned long long)st.completions);
+  CHECK(st.host_hops == 0 && st.completions > 0 && st.completion_wakeups > 0 &&
+        st.dispatch_wakeups > 0);
   CHECK(!st.device_lost && st.refused == 0);
 }
 
@@ -507,7 +535,8 @@ static void barrier_chain(const ctx* c, bool reverse) {
 /* A launch whose use list names a block freed after its submit fails when issued: everything
  * downstream fails with STALE_BLOCK, upstream stays fine, the launch downstream never runs. */
 static void failure_in_chain(const ctx* c) {
-  devrt_semaphore *up = sem(c, 0), *gate = sem(c, 0), *mid = sem(c, 0), *d1 = sem(c, 0), *d2 = sem(c, 0);
+  devrt_semaphore *up = sem(c, 0), *gate = sem(c, 0), *mid = sem(c, 0), *d1 = sem(c, 0),
+                  *d2 = sem(c, 0);
   devrt_block x = blk(c, 0), y = blk(c, 0), z = blk(c, 5);
   devrt_queue_stats st0 = qstats(c), st;
   CHECK_OK(q_kern(c, c->q[0], NONE, L({up, 1}), x, 0, 0x0b, 0, true));
@@ -530,7 +559,8 @@ static void failure_in_chain(const ctx* c) {
 /* Host calls wait for their waits to complete (a host gate; a slow launch's signal, already
  * scheduled), and one returning an error fails both its signals with that status. */
 static void host_calls(const ctx* c) {
-  devrt_semaphore *gate = sem(c, 0), *done = sem(c, 0), *x = sem(c, 0), *f1 = sem(c, 0), *f2 = sem(c, 0);
+  devrt_semaphore *gate = sem(c, 0), *done = sem(c, 0), *x = sem(c, 0), *f1 = sem(c, 0),
+                  *f2 = sem(c, 0);
   devrt_queue_stats st0 = qstats(c), st;
   hcall g = {0}, p = {0}, e = {.ret = DEVRT_ERR_DEPENDENCY_FAILED};
   CHECK_OK(host_call(c, L({gate, 1}), L({done, 1}), &g));
@@ -598,7 +628,8 @@ static void alloc_chain(const ctx* c) {
   CHECK_OK(devrt_reap_pending(c->r, DEVRT_REAP_WAIT, NULL));
   CHECK_OK(devrt_resource_query(res, &f1));
   CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == 0);
-  SETTLE(c, st, st.issued_by_dispatch - st0.issued_by_dispatch == 4 * ROUNDS && st.failed == st0.failed);
+  SETTLE(c, st,
+         st.issued_by_dispatch - st0.issued_by_dispatch == 4 * ROUNDS && st.failed == st0.failed);
   DROP(t);
 }
 
@@ -640,7 +671,8 @@ static void alloc_over_budget(void) {
 /* Each bad field is refused with nothing queued, signalled or allocated; 64 waits and 64
  * signals are fine, 65 are not. */
 static void refused(const ctx* c) {
-  devrt_semaphore *s = sem(c, 5), *z = sem(c, 0), *y = sem(c, 0), *many[DEVRT_QUEUE_MAX_SIGNALS + 1];
+  devrt_semaphore *s = sem(c, 5), *z = sem(c, 0), *y = sem(c, 0),
+                  *many[DEVRT_QUEUE_MAX_SIGNALS + 1];
   for (unsigned i = 0; i <= DEVRT_QUEUE_MAX_SIGNALS; i++) many[i] = sem(c, 0);
   devrt_block stale = blk(c, 0), out = 0;
   release(c, &stale, 1);
@@ -657,37 +689,48 @@ static void refused(const ctx* c) {
   devrt_block_stats b0 = bstats(c->r);
   const uint64_t max = DEVRT_SEMAPHORE_MAX_VALUE;
   static sv waits[DEVRT_QUEUE_MAX_WAITS + 1], sigs[DEVRT_QUEUE_MAX_SIGNALS + 1];
-#define FILL_MAX()                                                                      \
-  for (unsigned i = 0; i <= DEVRT_QUEUE_MAX_SIGNALS; i++) waits[i] = (sv){s, 5}, sigs[i] = (sv){many[i], 1}
+#define FILL_MAX()                                        \
+  for (unsigned i = 0; i <= DEVRT_QUEUE_MAX_SIGNALS; i++) \
+  waits[i] = (sv){s, 5}, sigs[i] = (sv){many[i], 1}
   FILL_MAX();
   unsigned n = 0;
-#define REFUSE(expr, want) \
-  do {                     \
+#define REFUSE(expr, want)    \
+  do {                        \
     CHECK_STATUS(expr, want); \
-    n++;                   \
+    n++;                      \
   } while (0)
-  REFUSE(barrier(c, 0, NONE, L({s, 5})), DEVRT_ERR_INVALID_ARGUMENT);           /* not above the value */
-  REFUSE(barrier(c, 0, NONE, L({z, 1}, {s, 3})), DEVRT_ERR_INVALID_ARGUMENT);   /* below it */
+  REFUSE(barrier(c, 0, NONE, L({s, 5})), DEVRT_ERR_INVALID_ARGUMENT); /* not above the value */
+  REFUSE(barrier(c, 0, NONE, L({z, 1}, {s, 3})), DEVRT_ERR_INVALID_ARGUMENT); /* below it */
   REFUSE(barrier(c, 0, NONE, L({z, max + 1})), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, 0, L({s, max + 1}), L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, 0, L({NULL, 1}), L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, 0, NONE, L({z, 1}, {NULL, 1})), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, 0, ((list){NULL, 1}), L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, 0, NONE, ((list){NULL, 1})), DEVRT_ERR_INVALID_ARGUMENT);
-  REFUSE(barrier(c, 0, ((list){waits, DEVRT_QUEUE_MAX_WAITS + 1}), L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
+  REFUSE(barrier(c, 0, ((list){waits, DEVRT_QUEUE_MAX_WAITS + 1}), L({z, 1})),
+         DEVRT_ERR_INVALID_ARGUMENT);
   FILL_MAX();
-  REFUSE(barrier(c, 0, NONE, ((list){sigs, DEVRT_QUEUE_MAX_SIGNALS + 1})), DEVRT_ERR_INVALID_ARGUMENT);
+  REFUSE(barrier(c, 0, NONE, ((list){sigs, DEVRT_QUEUE_MAX_SIGNALS + 1})),
+         DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(barrier(c, dead, NONE, L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
-  REFUSE(q_submit(c->r, (devrt_submission){.kind = (devrt_work_kind)99}, NONE, L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
+  REFUSE(q_submit(c->r, (devrt_submission){.kind = (devrt_work_kind)99}, NONE, L({z, 1})),
+         DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(q_kern(c, c->q[0], NONE, L({z, 1}), stale, 0, 1, 0, true), DEVRT_ERR_STALE_BLOCK);
-  REFUSE(q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_LAUNCH, .launch = {.grid = {1}, .block = {1}}}, NONE,
-                  L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT); /* neither kernel nor enqueue */
-  REFUSE(q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_LAUNCH, .launch = {.kernel = c->k.fill, .block = {1}}},
-                  NONE, L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT); /* grid 0 */
+  REFUSE(
+      q_submit(c->r,
+               (devrt_submission){.kind = DEVRT_WORK_LAUNCH, .launch = {.grid = {1}, .block = {1}}},
+               NONE, L({z, 1})),
+      DEVRT_ERR_INVALID_ARGUMENT); /* neither kernel nor enqueue */
+  REFUSE(q_submit(c->r,
+                  (devrt_submission){.kind = DEVRT_WORK_LAUNCH,
+                                     .launch = {.kernel = c->k.fill, .block = {1}}},
+                  NONE, L({z, 1})),
+         DEVRT_ERR_INVALID_ARGUMENT); /* grid 0 */
   REFUSE(q_alloc(c, 0, NONE, L({z, 1}), N * 4, NULL), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(q_alloc(c, 0, NONE, L({z, 1}), 0, &out), DEVRT_ERR_INVALID_ARGUMENT);
   REFUSE(q_free(c, 0, NONE, L({z, 1}), DEVRT_BLOCK_NONE), DEVRT_ERR_INVALID_ARGUMENT);
-  REFUSE(q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_HOST_CALL}, NONE, L({z, 1})), DEVRT_ERR_INVALID_ARGUMENT);
+  REFUSE(q_submit(c->r, (devrt_submission){.kind = DEVRT_WORK_HOST_CALL}, NONE, L({z, 1})),
+         DEVRT_ERR_INVALID_ARGUMENT);
 #undef REFUSE
   st = qstats(c);
   CHECK(st.refused - st0.refused == n && st.submitted == st0.submitted && st.parked == st0.parked &&
@@ -696,7 +739,8 @@ static void refused(const ctx* c) {
 
   /* The limits themselves are fine. */
   FILL_MAX();
-  CHECK_OK(barrier(c, 0, ((list){waits, DEVRT_QUEUE_MAX_WAITS}), ((list){sigs, DEVRT_QUEUE_MAX_SIGNALS})));
+  CHECK_OK(barrier(c, 0, ((list){waits, DEVRT_QUEUE_MAX_WAITS}),
+                   ((list){sigs, DEVRT_QUEUE_MAX_SIGNALS})));
   uint64_t ones[DEVRT_QUEUE_MAX_SIGNALS];
   for (unsigned i = 0; i < DEVRT_QUEUE_MAX_SIGNALS; i++) ones[i] = 1;
   CHECK_OK(devrt_semaphores_wait(DEVRT_QUEUE_MAX_SIGNALS, many, ones, DEVRT_WAIT_ALL, T, NULL));
@@ -707,7 +751,8 @@ static void refused(const ctx* c) {
   CHECK_OK(barrier(c, c->q[1], NONE, L({y, 1})));
   reached(y, 1);
   CHECK(value(z) == 0 && value(s) == 5);
-  for (unsigned i = 0; i <= DEVRT_QUEUE_MAX_SIGNALS; i++) CHECK_OK(devrt_semaphore_destroy(many[i]));
+  for (unsigned i = 0; i <= DEVRT_QUEUE_MAX_SIGNALS; i++)
+    CHECK_OK(devrt_semaphore_destroy(many[i]));
   DROP(s, z, y);
 }
 
@@ -734,7 +779,8 @@ static void device_lost(void) {
   expect_failed(idle, 4, DEVRT_ERR_DEVICE_LOST, NULL);
   expect_failed(gate, 1, DEVRT_ERR_DEVICE_LOST, NULL);
   expect_failed(q, 1, DEVRT_ERR_DEVICE_LOST, NULL);
-  CHECK_STATUS(q_submit(r, (devrt_submission){.kind = DEVRT_WORK_BARRIER}, NONE, NONE), DEVRT_ERR_DEVICE_LOST);
+  CHECK_STATUS(q_submit(r, (devrt_submission){.kind = DEVRT_WORK_BARRIER}, NONE, NONE),
+               DEVRT_ERR_DEVICE_LOST);
   CHECK(qstats(&o).device_lost);
   DROP(l, idle, gate, q);
   CHECK_OK(devrt_runtime_destroy(r));
@@ -764,12 +810,16 @@ int main(void) {
   refused(&c);
 
   devrt_queue_stats st = qstats(&c);
-  printf("queue: %llu submitted, %llu refused, %llu inline, %llu parked, %llu by dispatch, %llu host calls, "
-         "%llu failed, %llu device waits, %llu host hops, %llu dispatch / %llu completion wakeups\n",
-         (unsigned long long)st.submitted, (unsigned long long)st.refused, (unsigned long long)st.issued_inline,
-         (unsigned long long)st.parked, (unsigned long long)st.issued_by_dispatch, (unsigned long long)st.host_calls,
-         (unsigned long long)st.failed, (unsigned long long)st.device_waits, (unsigned long long)st.host_hops,
-         (unsigned long long)st.dispatch_wakeups, (unsigned long long)st.completion_wakeups);
+  printf(
+      "queue: %llu submitted, %llu refused, %llu inline, %llu parked, %llu by dispatch, %llu host "
+      "calls, "
+      "%llu failed, %llu device waits, %llu host hops, %llu dispatch / %llu completion wakeups\n",
+      (unsigned long long)st.submitted, (unsigned long long)st.refused,
+      (unsigned long long)st.issued_inline, (unsigned long long)st.parked,
+      (unsigned long long)st.issued_by_dispatch, (unsigned long long)st.host_calls,
+      (unsigned long long)st.failed, (unsigned long long)st.device_waits,
+      (unsigned long long)st.host_hops, (unsigned long long)st.dispatch_wakeups,
+      (unsigned long long)st.completion_wakeups);
   CHECK(st.host_hops == 0 && !st.device_lost && bstats(c.r).blocks_live == 0);
   ctx_close(&c);
   device_lost();

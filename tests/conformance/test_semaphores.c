@@ -1,6 +1,7 @@
-/* test_semaphores.c: timeline semaphores (semaphore.h) from the host: value limits, signal/query/wait
- * rules and timeouts, waits before signals across threads, multi-waits (ALL/ANY), failure and its root
- * cause, destroy under waiters, racing signallers, bad input, runtime teardown, spinning vs blocking. */
+/* test_semaphores.c: timeline semaphores (semaphore.h) from the host: value limits,
+ * signal/query/wait rules and timeouts, waits before signals across threads, multi-waits (ALL/ANY),
+ * failure and its root cause, destroy under waiters, racing signallers, bad input, runtime
+ * teardown, spinning vs blocking. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include "test.h"
@@ -39,10 +40,10 @@ static void fill(uint64_t* v, unsigned n, uint64_t x) {
 static int has(const char* s, const char* part) { return s && strstr(s, part) != NULL; }
 
 /* Fails with ABORTED and a message naming `part` (the root cause). */
-#define CHECK_ABORTED(expr, part)                   \
-  do {                                              \
-    CHECK_STATUS(expr, DEVRT_ERR_ABORTED);          \
-    CHECK(has(devrt_last_error(), part));           \
+#define CHECK_ABORTED(expr, part)          \
+  do {                                     \
+    CHECK_STATUS(expr, DEVRT_ERR_ABORTED); \
+    CHECK(has(devrt_last_error(), part));  \
   } while (0)
 
 /* A helper thread: what it does and what it saw (CHECK runs on the main thread only). */
@@ -50,15 +51,15 @@ typedef struct job {
   pthread_t th;
   devrt_semaphore* sem;
   uint64_t value, timeout_ns;
-  unsigned delay_ms;               /* signallers sleep first */
-  unsigned n;                      /* waiters: > 0 runs devrt_semaphores_wait over sems/values */
+  unsigned delay_ms; /* signallers sleep first */
+  unsigned n;        /* waiters: > 0 runs devrt_semaphores_wait over sems/values */
   devrt_semaphore* const* sems;
   const uint64_t* values;
   devrt_wait_mode mode;
   unsigned index;
   devrt_status st;
-  int bad;                         /* loops: unexpected results */
-  char msg[256];                   /* devrt_last_error() of a failed call */
+  int bad;       /* loops: unexpected results */
+  char msg[256]; /* devrt_last_error() of a failed call */
 } job;
 
 static void* run_wait(void* p) {
@@ -100,7 +101,8 @@ static void wait_on(job* j, devrt_semaphore* s, uint64_t v, uint64_t timeout_ns)
 }
 
 /* Another thread waits (no timeout) for all / any of n semaphores. */
-static void multi_wait_on(job* j, unsigned n, devrt_semaphore* const* sems, const uint64_t* values, devrt_wait_mode mode) {
+static void multi_wait_on(job* j, unsigned n, devrt_semaphore* const* sems, const uint64_t* values,
+                          devrt_wait_mode mode) {
   *j = (job){.n = n, .sems = sems, .values = values, .mode = mode, .timeout_ns = INF};
   start(j, run_wait);
 }
@@ -123,8 +125,8 @@ static void finish_(job* j, devrt_status want, const char* part, int line) {
   t_checks++;
   if (j->st != want || j->bad || (part && !has(j->msg, part))) {
     fprintf(stderr, "%s:%d: thread got %s (\"%s\", %d bad), want %s%s%s\n", __FILE__, line,
-            devrt_status_name(j->st), j->msg, j->bad, devrt_status_name(want), part ? " naming " : "",
-            part ? part : "");
+            devrt_status_name(j->st), j->msg, j->bad, devrt_status_name(want),
+            part ? " naming " : "", part ? part : "");
     t_failures++;
   }
 }
@@ -142,7 +144,8 @@ static void create_query(void) {
     s = mk(rt, init[i]);
     CHECK(val(s) == init[i]);
     CHECK_OK(devrt_semaphore_wait(s, init[i], 0));
-    CHECK_STATUS(devrt_semaphore_wait(s, init[i] + 1, 0), init[i] == MAXV ? BAD : DEVRT_ERR_TIMEOUT);
+    CHECK_STATUS(devrt_semaphore_wait(s, init[i] + 1, 0),
+                 init[i] == MAXV ? BAD : DEVRT_ERR_TIMEOUT);
     CHECK_OK(devrt_semaphore_destroy(s));
   }
 }
@@ -262,8 +265,9 @@ static void timeout_then_signal(void) {
   CHECK(now_ns() - t0 >= 5 * MS);
   for (int i = 0; i < 20; i++) {
     CHECK_STATUS(devrt_semaphore_wait(s, 1, MS), DEVRT_ERR_TIMEOUT);
-    CHECK_STATUS(devrt_semaphores_wait(2, both, v, i & 1 ? DEVRT_WAIT_ANY : DEVRT_WAIT_ALL, MS, NULL),
-                 DEVRT_ERR_TIMEOUT);
+    CHECK_STATUS(
+        devrt_semaphores_wait(2, both, v, i & 1 ? DEVRT_WAIT_ANY : DEVRT_WAIT_ALL, MS, NULL),
+        DEVRT_ERR_TIMEOUT);
   }
   CHECK(atomic_load(&g_finished) == 0 && val(s) == 0);
   signal_later(&j, s, 1, 5);
@@ -406,8 +410,9 @@ static void failure(void) {
   uint64_t vals[2] = {1, 1};
   for (int m = 0; m < 2; m++) {
     unsigned idx = 0;
-    CHECK_ABORTED(devrt_semaphores_wait(2, both, vals, m ? DEVRT_WAIT_ANY : DEVRT_WAIT_ALL, INF, &idx),
-                  "root cause text");
+    CHECK_ABORTED(
+        devrt_semaphores_wait(2, both, vals, m ? DEVRT_WAIT_ANY : DEVRT_WAIT_ALL, INF, &idx),
+        "root cause text");
     CHECK(idx == 1);
   }
   CHECK(val(ok) == 0);
@@ -485,8 +490,10 @@ static void* run_checker(void* p) { /* polls query until told to stop; the value
   job* j = p;
   uint64_t last = 0, v;
   while (!atomic_load(&g_stop)) {
-    if (devrt_semaphore_query(j->sem, &v) != DEVRT_OK || v < last) j->bad++;
-    else last = v;
+    if (devrt_semaphore_query(j->sem, &v) != DEVRT_OK || v < last)
+      j->bad++;
+    else
+      last = v;
   }
   j->value = last;
   return NULL;
@@ -537,13 +544,15 @@ static void concurrent_signals(void) {
   }
   for (int i = 0; i < RACERS; i++) FINISH(&r[i], DEVRT_OK, NULL);
   int twice = 0, wins = 0;
-  for (int v = 1; v <= SEQ; v++) twice += atomic_load(&g_wins[v]) > 1, wins += atomic_load(&g_wins[v]);
+  for (int v = 1; v <= SEQ; v++)
+    twice += atomic_load(&g_wins[v]) > 1, wins += atomic_load(&g_wins[v]);
   CHECK(twice == 0 && atomic_load(&g_wins[SEQ]) == 1 && wins >= 1);
   CHECK(val(s) == SEQ);
   CHECK_OK(devrt_semaphore_destroy(s));
 }
 
-/* NULL handles and pointers, bad modes and values: INVALID_ARGUMENT with a message, nothing changes. */
+/* NULL handles and pointers, bad modes and values: INVALID_ARGUMENT with a message, nothing
+ * changes. */
 static void bad_input(void) {
   devrt_semaphore *s = mk(rt, 1), *t = mk(rt, 0);
   uint64_t v = 0;

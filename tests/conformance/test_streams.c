@@ -3,7 +3,11 @@
 #include <pthread.h>
 #include "test.h"
 
-typedef struct { devrt_runtime* rt; devrt_stream got; devrt_status s; } waiter;
+typedef struct {
+  devrt_runtime* rt;
+  devrt_stream got;
+  devrt_status s;
+} waiter;
 
 static void* wait_acquire(void* p) {
   waiter* w = p;
@@ -31,7 +35,8 @@ int main(void) {
   CHECK_OK(devrt_runtime_info_get(rt, &info));
   CHECK(info.streams_created == 4 && info.streams_in_use == 4 && info.stream_pool_size == 4);
 
-  /* Reuse: a released stream comes back with its native handle, under a new id; the old id is dead. */
+  /* Reuse: a released stream comes back with its native handle, under a new id; the old id is dead.
+   */
   CHECK_OK(devrt_stream_release(rt, s[2]));
   devrt_stream again;
   CHECK_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &again));
@@ -65,7 +70,8 @@ int main(void) {
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < i; j++) CHECK(sh[i] != sh[j]);
   for (int i = 0; i < 8; i++) CHECK_OK(devrt_stream_release(rt, sh[i]));
-  for (int i = 0; i < 4; i++) CHECK_OK(devrt_stream_synchronize(rt, s[i])); /* still held by their first holder */
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(devrt_stream_synchronize(rt, s[i])); /* still held by their first holder */
   for (int i = 0; i < 4; i++) CHECK_OK(devrt_stream_release(rt, s[i]));
   CHECK_OK(devrt_runtime_info_get(rt, &info));
   CHECK(info.streams_in_use == 0 && info.streams_created == 4);

@@ -24,8 +24,11 @@ int main(void) {
   REQUIRE_OK(devrt_semaphore_create(rt, 0, &idle));
   /* downstream first (parked), then the faulting launch that releases it */
   devrt_semaphore_value ws = {s, 1}, st_ = {t, 1}, ss = {s, 1};
-  devrt_submission down = {.waits = &ws, .nwaits = 1, .signals = &st_, .nsignals = 1, .kind = DEVRT_WORK_BARRIER};
-  devrt_submission boom = {.signals = &ss, .nsignals = 1, .kind = DEVRT_WORK_LAUNCH,
+  devrt_submission down = {
+      .waits = &ws, .nwaits = 1, .signals = &st_, .nsignals = 1, .kind = DEVRT_WORK_BARRIER};
+  devrt_submission boom = {.signals = &ss,
+                           .nsignals = 1,
+                           .kind = DEVRT_WORK_LAUNCH,
                            .launch = {.kernel = trap, .grid = {1}, .block = {1}}};
   CHECK_OK(devrt_queue_submit(rt, &down));
   CHECK_OK(devrt_queue_submit(rt, &boom));

@@ -31,7 +31,8 @@ static void round_trip(worker* w, const devrt_stream* s, int ns, int it) {
   uint32_t v = ((uint32_t)w->id << 20) + (uint32_t)it + 1;
   devrt_block x = 0, y = 0, r = 0;
   unsigned long long sum = 0;
-  if (devrt_block_alloc(rt, N * 4, a, "stress x", &x) || devrt_block_alloc(rt, N * 4, b, "stress y", &y) ||
+  if (devrt_block_alloc(rt, N * 4, a, "stress x", &x) ||
+      devrt_block_alloc(rt, N * 4, b, "stress y", &y) ||
       devrt_block_alloc(rt, sizeof sum, c, "stress sum", &r)) {
     fail(w, "devrt_block_alloc");
   } else if (k_fill(rt, &K, a, x, v, N, 0, true) || k_copy(rt, &K, b, y, x, N, 20000, true) ||
@@ -40,9 +41,12 @@ static void round_trip(worker* w, const devrt_stream* s, int ns, int it) {
   } else {
     bool early = it & 1; /* freed while the copy and the checksum may still be queued */
     if (early) drop(w, &x), drop(w, &y);
-    if (b_read(rt, c, r, &sum, sizeof sum)) fail(w, "read back");
-    else w->corrupt += sum != (unsigned long long)v * N;
-    if (!early && it % 8 == 0) w->corrupt += (b_wrong(rt, a, y, N, v) != 0) + (b_wrong(rt, c, x, N, ~v) != 0);
+    if (b_read(rt, c, r, &sum, sizeof sum))
+      fail(w, "read back");
+    else
+      w->corrupt += sum != (unsigned long long)v * N;
+    if (!early && it % 8 == 0)
+      w->corrupt += (b_wrong(rt, a, y, N, v) != 0) + (b_wrong(rt, c, x, N, ~v) != 0);
     w->checked++;
   }
   drop(w, &x), drop(w, &y), drop(w, &r);
@@ -64,7 +68,8 @@ static void* run(void* arg) {
   return NULL;
 }
 
-/* nthreads workers x iters rounds, every result checked; the stack and counters end where they began. */
+/* nthreads workers x iters rounds, every result checked; the stack and counters end where they
+ * began. */
 static void phase(int nthreads) {
   devrt_resource* top = NULL;
   devrt_resource_figures f0, f;
@@ -92,15 +97,18 @@ static void phase(int nthreads) {
   CHECK_OK(devrt_resource_query(top, &f));
   devrt_block_stats st = bstats(rt);
   uint64_t rounds = (uint64_t)nthreads * (uint64_t)iters;
-  printf("%d threads x %d rounds in %.2f s: %llu checked, %llu corrupted, %llu errors; %llu launches, "
-         "%llu waits inserted, %llu coalesced, %llu deferred frees\n",
-         nthreads, iters, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
-         (unsigned long long)checked, (unsigned long long)corrupt, (unsigned long long)errors,
-         (unsigned long long)(st.launches - st0.launches), (unsigned long long)(st.waits_inserted - st0.waits_inserted),
-         (unsigned long long)(st.waits_coalesced - st0.waits_coalesced),
-         (unsigned long long)(st.deferred_frees - st0.deferred_frees));
+  printf(
+      "%d threads x %d rounds in %.2f s: %llu checked, %llu corrupted, %llu errors; %llu launches, "
+      "%llu waits inserted, %llu coalesced, %llu deferred frees\n",
+      nthreads, iters, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+      (unsigned long long)checked, (unsigned long long)corrupt, (unsigned long long)errors,
+      (unsigned long long)(st.launches - st0.launches),
+      (unsigned long long)(st.waits_inserted - st0.waits_inserted),
+      (unsigned long long)(st.waits_coalesced - st0.waits_coalesced),
+      (unsigned long long)(st.deferred_frees - st0.deferred_frees));
   CHECK(corrupt == 0 && errors == 0 && checked == rounds);
-  CHECK(st.blocks_allocated - st0.blocks_allocated == 3 * rounds && st.blocks_live == st0.blocks_live);
+  CHECK(st.blocks_allocated - st0.blocks_allocated == 3 * rounds &&
+        st.blocks_live == st0.blocks_live);
   CHECK(st.launches - st0.launches == 5 * rounds && st.refused_launches == st0.refused_launches);
   CHECK(st.stale_refusals == st0.stale_refusals);
   CHECK(f.live_bytes == f0.live_bytes && f.pending_bytes == 0);
@@ -115,7 +123,8 @@ static void* group_run(void* arg) {
   worker* w = arg;
   devrt_stream s = 0;
   devrt_block out = 0;
-  if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s) || devrt_block_alloc(rt, N * 4, s, "stress out", &out)) {
+  if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s) ||
+      devrt_block_alloc(rt, N * 4, s, "stress out", &out)) {
     fail(w, "setup");
     return NULL;
   }
@@ -130,7 +139,8 @@ static void* group_run(void* arg) {
     bool rev = rng & 0x100, write = op < 3;
     devrt_block_use u[GN + 1];
     for (unsigned i = 0; i < nu; i++)
-      u[i] = (devrt_block_use){shared[rev ? nu - 1 - i : i], write ? DEVRT_ACCESS_WRITE : DEVRT_ACCESS_READ};
+      u[i] = (devrt_block_use){shared[rev ? nu - 1 - i : i],
+                               write ? DEVRT_ACCESS_WRITE : DEVRT_ACCESS_READ};
     devrt_block_info info;
     if (op == 7) {
       if (devrt_block_info_get(rt, shared[rng % GN], &info)) fail(w, "devrt_block_info_get");
@@ -148,7 +158,8 @@ static void* group_run(void* arg) {
 static void phase_groups(int nthreads) {
   devrt_stream s = 0;
   REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
-  for (int i = 0; i < GN; i++) REQUIRE_OK(devrt_block_alloc(rt, N * 4, s, "stress shared", &shared[i]));
+  for (int i = 0; i < GN; i++)
+    REQUIRE_OK(devrt_block_alloc(rt, N * 4, s, "stress shared", &shared[i]));
   /* The threads start on a live group: a first use of the set, a second that groups it, a third
    * through the group (the order alternates, so no launch takes the repeat path). How often the
    * threads form it again among themselves is down to timing. */
@@ -174,8 +185,11 @@ static void phase_groups(int nthreads) {
     pthread_join(t[i], NULL);
     errors += w[i].errors, checked += w[i].checked;
   }
-  printf("%d threads x %d calls on one shared set: %llu errors; %llu launches grouped, %llu repeated\n", nthreads, iters,
-         (unsigned long long)errors, (unsigned long long)(grouped(rt) - g0), (unsigned long long)(repeated(rt) - r0));
+  printf(
+      "%d threads x %d calls on one shared set: %llu errors; %llu launches grouped, %llu "
+      "repeated\n",
+      nthreads, iters, (unsigned long long)errors, (unsigned long long)(grouped(rt) - g0),
+      (unsigned long long)(repeated(rt) - r0));
   CHECK(errors == 0 && checked == (uint64_t)nthreads * (uint64_t)iters);
   for (int i = 0; i < GN; i++) CHECK_OK(devrt_block_free(rt, shared[i])); /* no pin left behind */
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));

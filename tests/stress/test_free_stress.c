@@ -13,8 +13,8 @@ enum { THREADS = 6, SLOTS = 6, NW = 256 };
 
 typedef struct slot {
   pthread_rwlock_t lk; /* write: replacing the block; read: a foreign use, prepare to finish */
-  devrt_block b; /* guarded by lk */
-  uint32_t value; /* guarded by lk: what b's fill writes */
+  devrt_block b;       /* guarded by lk */
+  uint32_t value;      /* guarded by lk: what b's fill writes */
 } slot;
 
 static devrt_runtime* rt;

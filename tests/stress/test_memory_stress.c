@@ -18,12 +18,20 @@ typedef struct {
   int violations, refusals, errors;
 } worker;
 
-static uint64_t rng(uint64_t* x) { *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17; return *x; }
+static uint64_t rng(uint64_t* x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
 
 static void* run(void* p) {
   worker* w = p;
   devrt_stream s;
-  if (devrt_stream_acquire(w->rt, DEVRT_ACQUIRE_SHARE, &s)) { w->errors++; return NULL; }
+  if (devrt_stream_acquire(w->rt, DEVRT_ACQUIRE_SHARE, &s)) {
+    w->errors++;
+    return NULL;
+  }
   uint64_t seed = 0x1234567ull * (unsigned)(w->id + 1);
   void* held[8] = {0};
   size_t sizes[8] = {0};
@@ -37,7 +45,8 @@ static void* run(void* p) {
     } else {
       sizes[k] = 1 + rng(&seed) % (2 * MiB);
       devrt_status st = devrt_resource_allocate(w->top, sizes[k], s, "stress", &held[k]);
-      if (st == DEVRT_ERR_OVER_BUDGET) w->refusals++, held[k] = NULL;
+      if (st == DEVRT_ERR_OVER_BUDGET)
+        w->refusals++, held[k] = NULL;
       else if (st) {
         if (!w->errors++) fprintf(stderr, "allocate: %s\n", devrt_last_error());
         held[k] = NULL;
@@ -45,8 +54,10 @@ static void* run(void* p) {
       /* What the device really holds (the figures themselves may double count for a moment:
        * every transition adds before it subtracts). */
       devrt_pool_stats ps;
-      if (devrt_pool_stats_get(w->rt, &ps)) w->errors++;
-      else if (ps.used_current > w->limit) w->violations++;
+      if (devrt_pool_stats_get(w->rt, &ps))
+        w->errors++;
+      else if (ps.used_current > w->limit)
+        w->violations++;
     }
     if (i % 64 == 0) devrt_resource_reap(w->top, 0, NULL); /* reaps race the other threads' frees */
   }
@@ -57,7 +68,8 @@ static void* run(void* p) {
   return NULL;
 }
 
-static void stress(devrt_runtime* rt, devrt_resource* top, uint64_t limit, int nthreads, const char* what) {
+static void stress(devrt_runtime* rt, devrt_resource* top, uint64_t limit, int nthreads,
+                   const char* what) {
   worker w[THREADS];
   pthread_t t[THREADS];
   for (int i = 0; i < nthreads; i++) {
@@ -73,22 +85,31 @@ static void stress(devrt_runtime* rt, devrt_resource* top, uint64_t limit, int n
   CHECK_OK(devrt_resource_reap(top, DEVRT_REAP_WAIT, NULL));
   devrt_resource_figures f;
   CHECK_OK(devrt_resource_query(top, &f));
-  printf("%s: %d threads, %d refusals (OVER_BUDGET), %d pool-over-limit observations, %d errors; end live %llu pending %llu cached %llu\n",
-         what, nthreads, refusals, violations, errors, (unsigned long long)f.live_bytes,
-         (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
+  printf(
+      "%s: %d threads, %d refusals (OVER_BUDGET), %d pool-over-limit observations, %d errors; end "
+      "live %llu pending %llu cached %llu\n",
+      what, nthreads, refusals, violations, errors, (unsigned long long)f.live_bytes,
+      (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
   CHECK(violations == 0 && errors == 0 && refusals > 0);
-  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0 && f.available_bytes == limit);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0 &&
+        f.available_bytes == limit);
 }
 
 /* ---- reaps racing each other over one stream's frees ---- */
 enum { REAPERS = 4, FREES = 20000 };
-typedef struct { devrt_resource* r; _Atomic int* stop; uint64_t reaped; int errors; } reaper;
+typedef struct {
+  devrt_resource* r;
+  _Atomic int* stop;
+  uint64_t reaped;
+  int errors;
+} reaper;
 static void* reap_run(void* p) {
   reaper* w = p;
   while (!atomic_load(w->stop)) {
     uint64_t n = 0;
     if (devrt_resource_reap(w->r, 0, &n)) w->errors++;
-    if (n > (uint64_t)FREES << 10) w->errors++; /* a batch below what was covered: "negative" bytes */
+    if (n > (uint64_t)FREES << 10)
+      w->errors++; /* a batch below what was covered: "negative" bytes */
     w->reaped += n;
   }
   return NULL;
@@ -101,23 +122,30 @@ static void concurrent_reaps(devrt_runtime* rt) {
   _Atomic int stop = 0;
   reaper w[REAPERS];
   pthread_t t[REAPERS];
-  for (int i = 0; i < REAPERS; i++) w[i] = (reaper){leaf, &stop, 0, 0}, pthread_create(&t[i], NULL, reap_run, &w[i]);
+  for (int i = 0; i < REAPERS; i++)
+    w[i] = (reaper){leaf, &stop, 0, 0}, pthread_create(&t[i], NULL, reap_run, &w[i]);
   int errors = 0;
   uint64_t reaped = 0;
   for (int i = 0; i < FREES; i++) {
     void* q;
-    if (devrt_resource_allocate(leaf, 1000, s, "reaped", &q) || devrt_resource_deallocate(leaf, q, 1000, s)) errors++;
+    if (devrt_resource_allocate(leaf, 1000, s, "reaped", &q) ||
+        devrt_resource_deallocate(leaf, q, 1000, s))
+      errors++;
   }
   atomic_store(&stop, 1);
-  for (int i = 0; i < REAPERS; i++) pthread_join(t[i], NULL), errors += w[i].errors, reaped += w[i].reaped;
+  for (int i = 0; i < REAPERS; i++)
+    pthread_join(t[i], NULL), errors += w[i].errors, reaped += w[i].reaped;
   uint64_t last = 0;
   CHECK_OK(devrt_resource_reap(leaf, DEVRT_REAP_WAIT, &last));
   devrt_resource_figures f;
   CHECK_OK(devrt_resource_query(leaf, &f));
-  uint64_t freed = FREES * ((1000 + f.granularity - 1) / f.granularity * f.granularity); /* as the pool rounds 1000 bytes */
-  printf("%d reapers over one stream's %d frees: %d errors, %llu bytes reaped by them, %llu after; end live %llu pending %llu\n",
-         REAPERS, FREES, errors, (unsigned long long)reaped, (unsigned long long)last, (unsigned long long)f.live_bytes,
-         (unsigned long long)f.pending_bytes);
+  uint64_t freed = FREES * ((1000 + f.granularity - 1) / f.granularity *
+                            f.granularity); /* as the pool rounds 1000 bytes */
+  printf(
+      "%d reapers over one stream's %d frees: %d errors, %llu bytes reaped by them, %llu after; "
+      "end live %llu pending %llu\n",
+      REAPERS, FREES, errors, (unsigned long long)reaped, (unsigned long long)last,
+      (unsigned long long)f.live_bytes, (unsigned long long)f.pending_bytes);
   CHECK(errors == 0 && reaped + last == freed && f.reaped_bytes == freed);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
   devrt_stream_release(rt, s);
@@ -136,7 +164,10 @@ typedef struct {
 static void* crowd_run(void* p) {
   crowd* c = p;
   devrt_stream s;
-  if (devrt_stream_acquire(c->rt, DEVRT_ACQUIRE_SHARE, &s)) { c->errors++; return NULL; }
+  if (devrt_stream_acquire(c->rt, DEVRT_ACQUIRE_SHARE, &s)) {
+    c->errors++;
+    return NULL;
+  }
   pthread_barrier_wait(c->bar); /* all 80 alive: the last ones take shared shards */
   for (int i = 0; i < CROWD_ITERS; i++) {
     void* q;
@@ -146,7 +177,8 @@ static void* crowd_run(void* p) {
   }
   if (devrt_resource_allocate(c->top, 1000, s, "handed", &c->handed[c->id])) c->errors++;
   pthread_barrier_wait(c->bar);
-  if (devrt_resource_deallocate(c->top, c->handed[(c->id + 1) % CROWD], 1000, s)) c->errors++; /* another thread's */
+  if (devrt_resource_deallocate(c->top, c->handed[(c->id + 1) % CROWD], 1000, s))
+    c->errors++; /* another thread's */
   devrt_stream_synchronize(c->rt, s);
   devrt_stream_release(c->rt, s);
   return NULL;
@@ -176,14 +208,19 @@ static void shards_past_owned(devrt_runtime* rt) {
   CHECK_OK(devrt_resource_reap(stats, DEVRT_REAP_WAIT, NULL));
   devrt_resource_figures f;
   CHECK_OK(devrt_resource_query(stats, &f));
-  printf("%d threads at once: %d errors; counts total %lld (even %lld, odd %lld, handed %lld), current %lld bytes %lld; "
-         "end live %llu pending %llu cached %llu\n", CROWD, errors, (long long)all.count.total, (long long)even.count.total,
-         (long long)odd.count.total, (long long)hand.count.total, (long long)all.count.current, (long long)all.bytes.current,
-         (unsigned long long)f.live_bytes, (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
+  printf(
+      "%d threads at once: %d errors; counts total %lld (even %lld, odd %lld, handed %lld), "
+      "current %lld bytes %lld; "
+      "end live %llu pending %llu cached %llu\n",
+      CROWD, errors, (long long)all.count.total, (long long)even.count.total,
+      (long long)odd.count.total, (long long)hand.count.total, (long long)all.count.current,
+      (long long)all.bytes.current, (unsigned long long)f.live_bytes,
+      (unsigned long long)f.pending_bytes, (unsigned long long)f.cached_bytes);
   CHECK(errors == 0);
   CHECK(all.count.total == CROWD * (CROWD_ITERS + 1) && hand.count.total == CROWD);
   CHECK(even.count.total == CROWD * CROWD_ITERS / 2 && odd.count.total == CROWD * CROWD_ITERS / 2);
-  CHECK(all.count.current == 0 && all.bytes.current == 0 && hand.count.current == 0 && even.bytes.current == 0);
+  CHECK(all.count.current == 0 && all.bytes.current == 0 && hand.count.current == 0 &&
+        even.bytes.current == 0);
   CHECK(all.count.peak >= 1 && all.count.peak <= 2 * CROWD);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0);
   pthread_barrier_destroy(&bar);

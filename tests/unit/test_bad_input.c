@@ -2,10 +2,10 @@
  * or dead handles, out-of-range values) with INVALID_ARGUMENT and a message naming the call. */
 #include "test.h"
 
-#define BAD(expr, call)                                               \
-  do {                                                                \
-    CHECK_STATUS(expr, DEVRT_ERR_INVALID_ARGUMENT);                   \
-    CHECK(strstr(devrt_last_error(), call) != NULL);                  \
+#define BAD(expr, call)                              \
+  do {                                               \
+    CHECK_STATUS(expr, DEVRT_ERR_INVALID_ARGUMENT);  \
+    CHECK(strstr(devrt_last_error(), call) != NULL); \
   } while (0)
 
 static void noop(void* p) { (void)p; }
@@ -33,8 +33,13 @@ int main(void) {
   setenv("DEVRT_STREAMS", "0", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
   unsetenv("DEVRT_STREAMS");
-  const char* budgets[] = {"99999999999999999999999", "18446744073709551616", "-1", "0", "101%",
-                           "99999999999999999999999%", "12x"};
+  const char* budgets[] = {"99999999999999999999999",
+                           "18446744073709551616",
+                           "-1",
+                           "0",
+                           "101%",
+                           "99999999999999999999999%",
+                           "12x"};
   for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) { /* overflow is malformed too */
     setenv("DEVRT_BUDGET", budgets[i], 1);
     BAD(devrt_config_init(&cfg), "DEVRT_BUDGET");

@@ -14,14 +14,17 @@ int main(void) {
   CHECK(info.backend == DEVRT_BACKEND_HOST && !strcmp(info.backend_name, "host"));
   CHECK(!strncmp(info.backend_reason, "host:", 5));
   printf("auto: %s\n", info.backend_reason);
-  if (devrt_built_with_cuda()) CHECK(strstr(info.backend_reason, "NO_DRIVER") && strstr(info.backend_reason, "/nonexistent"));
+  if (devrt_built_with_cuda())
+    CHECK(strstr(info.backend_reason, "NO_DRIVER") && strstr(info.backend_reason, "/nonexistent"));
   CHECK_OK(devrt_runtime_destroy(rt));
 
   cfg.backend = DEVRT_BACKEND_CUDA;
-  CHECK_STATUS(devrt_runtime_create(&cfg, &rt), devrt_built_with_cuda() ? DEVRT_ERR_NO_DRIVER : DEVRT_ERR_UNSUPPORTED);
+  CHECK_STATUS(devrt_runtime_create(&cfg, &rt),
+               devrt_built_with_cuda() ? DEVRT_ERR_NO_DRIVER : DEVRT_ERR_UNSUPPORTED);
   printf("cuda: %s\n", devrt_last_error());
   /* Sticky and retried alike: the same answer again. */
-  CHECK_STATUS(devrt_runtime_create(&cfg, &rt), devrt_built_with_cuda() ? DEVRT_ERR_NO_DRIVER : DEVRT_ERR_UNSUPPORTED);
+  CHECK_STATUS(devrt_runtime_create(&cfg, &rt),
+               devrt_built_with_cuda() ? DEVRT_ERR_NO_DRIVER : DEVRT_ERR_UNSUPPORTED);
 
   /* The process-wide runtime: a failed creation is retried by the next call. */
   CHECK_OK(devrt_configure(0, &cfg));

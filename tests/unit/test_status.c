@@ -17,7 +17,8 @@ int main(void) {
   CHECK(!strcmp(devrt_status_name(DEVRT_ERR_OVER_BUDGET), "OVER_BUDGET"));
   CHECK(!strcmp(devrt_status_name(DEVRT_ERR_BACKEND_ERROR), "BACKEND_ERROR"));
   CHECK(!strcmp(devrt_status_name((devrt_status)999), "UNKNOWN"));
-  for (int s = 0; s < DEVRT_STATUS_COUNT_; s++) CHECK(strcmp(devrt_status_name((devrt_status)s), "UNKNOWN"));
+  for (int s = 0; s < DEVRT_STATUS_COUNT_; s++)
+    CHECK(strcmp(devrt_status_name((devrt_status)s), "UNKNOWN"));
 
   CHECK_STATUS(devrt_runtime_get(-1, NULL), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "devrt_runtime_get") && strstr(devrt_last_error(), "-1"));
@@ -70,8 +71,10 @@ int main(void) {
   CHECK(dv_cu_status(CUDA_ERROR_ILLEGAL_ADDRESS) == DEVRT_ERR_DEVICE_LOST);
   CHECK(dv_cu_status(CUDA_ERROR_LAUNCH_FAILED) == DEVRT_ERR_DEVICE_LOST);
   CHECK(dv_cu_status(CUDA_ERROR_UNKNOWN) == DEVRT_ERR_BACKEND_ERROR);
-  /* The message keeps the failing call and the context (the name needs a driver; the code stays). */
-  CHECK_STATUS(dv_cu_fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "(%d bytes)", 64), DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  /* The message keeps the failing call and the context (the name needs a driver; the code stays).
+   */
+  CHECK_STATUS(dv_cu_fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "(%d bytes)", 64),
+               DEVRT_ERR_DEVICE_ALLOC_FAILED);
   CHECK(strstr(devrt_last_error(), "cuMemAlloc") && strstr(devrt_last_error(), "64 bytes"));
 #endif
   return t_done();

@@ -10,18 +10,24 @@ static const unsigned split_sizes[] = {8, 16, 32, 64};
 #define NSPLIT (sizeof split_sizes / sizeof split_sizes[0])
 
 /* Example layouts for a GPU, and the same shapes at the host backend's scale (a few workers). */
-static const unsigned uneven_16[] = {16}, uneven_16_40[] = {16, 40}, uneven_2[] = {2}, uneven_2_4[] = {2, 4};
-typedef struct example { const char* what; devrt_layout_spec spec; } example;
+static const unsigned uneven_16[] = {16}, uneven_16_40[] = {16, 40}, uneven_2[] = {2},
+                      uneven_2_4[] = {2, 4};
+typedef struct example {
+  const char* what;
+  devrt_layout_spec spec;
+} example;
 static const example gpu_layouts[] = {
     {"2 x >=16 SMs + remainder", {.groups = 2, .min_sms = 16}},
     {"16 SMs + remainder", {.sm_counts = uneven_16, .count = 1}},
-    {"16, 40 SMs, remainder merged", {.sm_counts = uneven_16_40, .count = 2, .remainder = DEVRT_REMAINDER_MERGE}},
+    {"16, 40 SMs, remainder merged",
+     {.sm_counts = uneven_16_40, .count = 2, .remainder = DEVRT_REMAINDER_MERGE}},
     {"as many x >=8 SMs as fit", {.min_sms = 8}},
 };
 static const example host_layouts[] = {
     {"2 x >=2 workers + remainder", {.groups = 2, .min_sms = 2}},
     {"2 workers + remainder", {.sm_counts = uneven_2, .count = 1}},
-    {"2, 4 workers, remainder merged", {.sm_counts = uneven_2_4, .count = 2, .remainder = DEVRT_REMAINDER_MERGE}},
+    {"2, 4 workers, remainder merged",
+     {.sm_counts = uneven_2_4, .count = 2, .remainder = DEVRT_REMAINDER_MERGE}},
     {"as many x >=1 worker as fit", {.min_sms = 1}},
 };
 #define NLAYOUT (sizeof gpu_layouts / sizeof gpu_layouts[0])
@@ -29,7 +35,8 @@ static const example host_layouts[] = {
 /* One plan: "16 16 100" (text) or "[16,16,100]" (JSON). */
 static void print_plan(const devrt_layout_plan* p, int json) {
   printf(json ? "[" : "");
-  for (unsigned i = 0; i < p->partitions; i++) printf("%s%u", i ? (json ? "," : " ") : "", p->sm_counts[i]);
+  for (unsigned i = 0; i < p->partitions; i++)
+    printf("%s%u", i ? (json ? "," : " ") : "", p->sm_counts[i]);
   printf(json ? "]" : "");
 }
 
@@ -41,8 +48,8 @@ int cli_info(const cli_opts* o) {
       printf("{\"error\":\"%s\",\"message\":", devrt_status_name(s));
       json_str(devrt_last_error());
       printf("}\n");
-    }
-    else fprintf(stderr, "devrt info: %s: %s\n", devrt_status_name(s), devrt_last_error());
+    } else
+      fprintf(stderr, "devrt info: %s: %s\n", devrt_status_name(s), devrt_last_error());
     return 1;
   }
   devrt_runtime_info ri;
@@ -54,79 +61,96 @@ int cli_info(const cli_opts* o) {
   for (unsigned i = 0; i < NSPLIT; i++)
     for (unsigned f = 0; f < 2; f++)
       ss[i][f] = d.green_contexts && split_sizes[i] <= (unsigned)d.sm_count
-                     ? devrt_device_split_query(rt, split_sizes[i], f ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0, &sp[i][f])
+                     ? devrt_device_split_query(rt, split_sizes[i],
+                                                f ? DEVRT_SPLIT_IGNORE_COSCHEDULING : 0, &sp[i][f])
                      : DEVRT_ERR_UNSUPPORTED;
   bool host = ri.backend == DEVRT_BACKEND_HOST; /* a device that CPU threads emulate */
   const example* layouts = host ? host_layouts : gpu_layouts;
   devrt_layout_plan lp[NLAYOUT];
   devrt_status ls[NLAYOUT];
-  for (unsigned i = 0; i < NLAYOUT; i++) ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
+  for (unsigned i = 0; i < NLAYOUT; i++)
+    ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
   if (o->json) {
-    printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":", devrt_version(),
-           devrt_built_with_cuda() ? "true" : "false", ri.backend_name);
+    printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":",
+           devrt_version(), devrt_built_with_cuda() ? "true" : "false", ri.backend_name);
     json_str(ri.backend_reason);
     printf(",\n \"device\":{\"ordinal\":%d,\"name\":", d.ordinal);
     json_str(d.name);
-    if (host) printf(",\"emulated\":true,\"compute_capability\":null,\"driver_version\":null");
-    else printf(",\"emulated\":false,\"compute_capability\":\"%d.%d\",\"driver_version\":%d", d.cc_major, d.cc_minor,
-                d.driver_version);
-    printf(",\"sm_count\":%d,"
-           "\"total_memory\":%llu,\"memory_pools\":%s,\"green_contexts\":%s,"
-           "\"green_ctx_streams\":%s,\"structured_split\":%s,\"min_partition_sms\":%u,\"sm_alignment\":%u,"
-           "\"stream_priorities\":[%d,%d],\"stream_pool_size\":%u,\n  \"splits\":[",
-           d.sm_count, (unsigned long long)d.total_memory,
-           d.memory_pools ? "true" : "false", d.green_contexts ? "true" : "false", d.green_ctx_streams ? "true" : "false",
-           d.structured_split ? "true" : "false", d.min_partition_sms, d.sm_alignment, d.priority_least,
-           d.priority_greatest, ri.stream_pool_size);
+    if (host)
+      printf(",\"emulated\":true,\"compute_capability\":null,\"driver_version\":null");
+    else
+      printf(",\"emulated\":false,\"compute_capability\":\"%d.%d\",\"driver_version\":%d",
+             d.cc_major, d.cc_minor, d.driver_version);
+    printf(
+        ",\"sm_count\":%d,"
+        "\"total_memory\":%llu,\"memory_pools\":%s,\"green_contexts\":%s,"
+        "\"green_ctx_streams\":%s,\"structured_split\":%s,\"min_partition_sms\":%u,\"sm_"
+        "alignment\":%u,"
+        "\"stream_priorities\":[%d,%d],\"stream_pool_size\":%u,\n  \"splits\":[",
+        d.sm_count, (unsigned long long)d.total_memory, d.memory_pools ? "true" : "false",
+        d.green_contexts ? "true" : "false", d.green_ctx_streams ? "true" : "false",
+        d.structured_split ? "true" : "false", d.min_partition_sms, d.sm_alignment,
+        d.priority_least, d.priority_greatest, ri.stream_pool_size);
     int first = 1;
     for (unsigned i = 0; i < NSPLIT; i++)
       for (unsigned f = 0; f < 2; f++)
         if (ss[i][f] == DEVRT_OK) {
-          printf("%s{\"min_sms\":%u,\"ignore_coscheduling\":%s,\"groups\":%u,\"sms_per_group\":%u,\"remainder_sms\":%u}",
-                 first ? "" : ",", split_sizes[i], f ? "true" : "false", sp[i][f].groups, sp[i][f].sms_per_group,
-                 sp[i][f].remainder_sms);
+          printf(
+              "%s{\"min_sms\":%u,\"ignore_coscheduling\":%s,\"groups\":%u,\"sms_per_group\":%u,"
+              "\"remainder_sms\":%u}",
+              first ? "" : ",", split_sizes[i], f ? "true" : "false", sp[i][f].groups,
+              sp[i][f].sms_per_group, sp[i][f].remainder_sms);
           first = 0;
         }
     printf("]},\n \"layouts\":[");
     for (unsigned i = 0; i < NLAYOUT; i++) {
-      printf("%s{\"spec\":\"%s\",\"status\":\"%s\",\"isolated\":%s,\"sm_counts\":", i ? "," : "", layouts[i].what,
-             devrt_status_name(ls[i]), ls[i] == DEVRT_OK && lp[i].isolated ? "true" : "false");
-      if (ls[i] == DEVRT_OK) print_plan(&lp[i], 1);
-      else printf("[]");
+      printf("%s{\"spec\":\"%s\",\"status\":\"%s\",\"isolated\":%s,\"sm_counts\":", i ? "," : "",
+             layouts[i].what, devrt_status_name(ls[i]),
+             ls[i] == DEVRT_OK && lp[i].isolated ? "true" : "false");
+      if (ls[i] == DEVRT_OK)
+        print_plan(&lp[i], 1);
+      else
+        printf("[]");
       printf(",\"idle_sms\":%u}", ls[i] == DEVRT_OK ? lp[i].idle_sms : 0);
     }
     printf("]}\n");
     return 0;
   }
-  printf("devrt %s (built %s the cuda backend)\n", devrt_version(), devrt_built_with_cuda() ? "with" : "without");
+  printf("devrt %s (built %s the cuda backend)\n", devrt_version(),
+         devrt_built_with_cuda() ? "with" : "without");
   printf("backend: %s\n  why: %s\n", ri.backend_name, ri.backend_reason);
   printf("device %d: %s\n", d.ordinal, d.name);
   if (host) {
-    printf("  emulated by CPU threads: %d workers stand for SMs (DEVRT_HOST_WORKERS), streams are\n"
-           "  threads, memory is host memory (%.1f GiB); stream pool %u; layouts split the workers\n",
-           d.sm_count, (double)d.total_memory / (1u << 30), ri.stream_pool_size);
+    printf(
+        "  emulated by CPU threads: %d workers stand for SMs (DEVRT_HOST_WORKERS), streams are\n"
+        "  threads, memory is host memory (%.1f GiB); stream pool %u; layouts split the workers\n",
+        d.sm_count, (double)d.total_memory / (1u << 30), ri.stream_pool_size);
   } else {
-    printf("  compute capability %d.%d, %d SMs, %.1f GiB, driver %d\n", d.cc_major, d.cc_minor, d.sm_count,
-           (double)d.total_memory / (1u << 30), d.driver_version);
+    printf("  compute capability %d.%d, %d SMs, %.1f GiB, driver %d\n", d.cc_major, d.cc_minor,
+           d.sm_count, (double)d.total_memory / (1u << 30), d.driver_version);
     printf("  memory pools: %s; stream priorities %d (least) .. %d (greatest); stream pool %u\n",
-           d.memory_pools ? "yes" : "no", d.priority_least, d.priority_greatest, ri.stream_pool_size);
+           d.memory_pools ? "yes" : "no", d.priority_least, d.priority_greatest,
+           ri.stream_pool_size);
     printf("  green contexts: %s", d.green_contexts ? "yes" : "no");
   }
   if (!host && d.green_contexts)
-    printf(" (min partition %u SMs, alignment %u; green-ctx streams %s; structured split %s)", d.min_partition_sms,
-           d.sm_alignment, d.green_ctx_streams ? "yes" : "no", d.structured_split ? "yes" : "no (CUDA 13.1)");
+    printf(" (min partition %u SMs, alignment %u; green-ctx streams %s; structured split %s)",
+           d.min_partition_sms, d.sm_alignment, d.green_ctx_streams ? "yes" : "no",
+           d.structured_split ? "yes" : "no (CUDA 13.1)");
   if (!host) printf("\n");
   for (unsigned i = 0; i < NSPLIT; i++)
     if (!host && ss[i][0] == DEVRT_OK) {
-      printf("  split min %2u SMs -> %2u groups of %u, remainder %u", split_sizes[i], sp[i][0].groups,
-             sp[i][0].sms_per_group, sp[i][0].remainder_sms);
+      printf("  split min %2u SMs -> %2u groups of %u, remainder %u", split_sizes[i],
+             sp[i][0].groups, sp[i][0].sms_per_group, sp[i][0].remainder_sms);
       if (ss[i][1] == DEVRT_OK)
-        printf(" (ignoring co-scheduling: %u of %u, rem %u)", sp[i][1].groups, sp[i][1].sms_per_group, sp[i][1].remainder_sms);
+        printf(" (ignoring co-scheduling: %u of %u, rem %u)", sp[i][1].groups,
+               sp[i][1].sms_per_group, sp[i][1].remainder_sms);
       printf("\n");
     }
   for (unsigned i = 0; i < NLAYOUT; i++) {
     printf("  layout %-30s -> ", layouts[i].what);
-    if (ls[i] != DEVRT_OK) printf("%s", devrt_status_name(ls[i]));
+    if (ls[i] != DEVRT_OK)
+      printf("%s", devrt_status_name(ls[i]));
     else {
       print_plan(&lp[i], 0);
       if (lp[i].idle_sms) printf(", %u idle", lp[i].idle_sms);

@@ -10,11 +10,16 @@ const char* json_quote(char* buf, size_t cap, const char* s) {
   buf[n++] = '"';
   for (; *s && n + 8 < cap; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') buf[n++] = '\\', buf[n++] = (char)c;
-    else if (c == '\n') buf[n++] = '\\', buf[n++] = 'n';
-    else if (c == '\t') buf[n++] = '\\', buf[n++] = 't';
-    else if (c < 0x20) n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
-    else buf[n++] = (char)c;
+    if (c == '"' || c == '\\')
+      buf[n++] = '\\', buf[n++] = (char)c;
+    else if (c == '\n')
+      buf[n++] = '\\', buf[n++] = 'n';
+    else if (c == '\t')
+      buf[n++] = '\\', buf[n++] = 't';
+    else if (c < 0x20)
+      n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
+    else
+      buf[n++] = (char)c;
   }
   buf[n++] = '"';
   buf[n] = 0;

@@ -5,45 +5,61 @@
 #include "cli.h"
 
 static int usage(FILE* f) {
-  fprintf(f,
-          "usage: devrt <command> [options]\n"
-          "  info [--json] [--ordinal N]     backend chosen and why; device facts; SM split dry runs\n"
-          "  stats [--json] [--ordinal N]    runs a built-in recorded workload; block tracking counters\n"
-          "                                  and the resource stack's figures\n"
-          "  bench device [--json] [--ordinal N] [--rounds R]\n"
-          "                                  device-layer calls through devrt vs the raw calls\n"
-          "  bench alloc [--json] [--ordinal N] [--rounds R]\n"
-          "                                  the resource stack vs the raw pool alloc/free pair\n"
-          "  bench launch [--json] [--ordinal N] [--rounds R]\n"
-          "                                  recorded launches vs raw launches, one stream and across two;\n"
-          "                                  fails if devrt inserts more waits than the minimum\n"
-          "  bench sem [--json] [--ordinal N] [--rounds R]\n"
-          "                                  semaphores and the submission queue vs raw events: GPU->GPU\n"
-          "                                  hops, device->host wakes per completion mode (latency, CPU),\n"
-          "                                  host signal -> parked work, 32768-step chains, idle CPU;\n"
-          "                                  fails if any dependency went through the host (host_hops)\n"
-          "  bench partition [--json] [--ordinal N] [--rounds R]\n"
-          "                                  a latency-critical stream of small kernels beside a saturating\n"
-          "                                  background kernel: in two partitions of one layout, on plain\n"
-          "                                  streams (critical at high priority), and alone: critical p50/p99\n"
-          "                                  and background throughput; layout create/destroy vs the driver\n"
-          "                                  calls, partition stream acquire vs the runtime pool\n"
-          "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, DEVRT_POOL_RELEASE,\n"
-          "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, DEVRT_CACHE,\n"
-          "     DEVRT_LOG, DEVRT_LOG_FORMAT, DEVRT_WAIT_SPIN_NS, DEVRT_COMPLETION\n");
+  fprintf(
+      f,
+      "usage: devrt <command> [options]\n"
+      "  info [--json] [--ordinal N]     backend chosen and why; device facts; SM split dry runs\n"
+      "  stats [--json] [--ordinal N]    runs a built-in recorded workload; block tracking "
+      "counters\n"
+      "                                  and the resource stack's figures\n"
+      "  bench device [--json] [--ordinal N] [--rounds R]\n"
+      "                                  device-layer calls through devrt vs the raw calls\n"
+      "  bench alloc [--json] [--ordinal N] [--rounds R]\n"
+      "                                  the resource stack vs the raw pool alloc/free pair\n"
+      "  bench launch [--json] [--ordinal N] [--rounds R]\n"
+      "                                  recorded launches vs raw launches, one stream and across "
+      "two;\n"
+      "                                  fails if devrt inserts more waits than the minimum\n"
+      "  bench sem [--json] [--ordinal N] [--rounds R]\n"
+      "                                  semaphores and the submission queue vs raw events: "
+      "GPU->GPU\n"
+      "                                  hops, device->host wakes per completion mode (latency, "
+      "CPU),\n"
+      "                                  host signal -> parked work, 32768-step chains, idle CPU;\n"
+      "                                  fails if any dependency went through the host "
+      "(host_hops)\n"
+      "  bench partition [--json] [--ordinal N] [--rounds R]\n"
+      "                                  a latency-critical stream of small kernels beside a "
+      "saturating\n"
+      "                                  background kernel: in two partitions of one layout, on "
+      "plain\n"
+      "                                  streams (critical at high priority), and alone: critical "
+      "p50/p99\n"
+      "                                  and background throughput; layout create/destroy vs the "
+      "driver\n"
+      "                                  calls, partition stream acquire vs the runtime pool\n"
+      "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, "
+      "DEVRT_POOL_RELEASE,\n"
+      "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, "
+      "DEVRT_CACHE,\n"
+      "     DEVRT_LOG, DEVRT_LOG_FORMAT, DEVRT_WAIT_SPIN_NS, DEVRT_COMPLETION\n");
   return f == stderr ? 2 : 0;
 }
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
-  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
+  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
+    return usage(stdout);
   cli_opts o = {.ordinal = 0, .json = 0, .rounds = 0};
   int first = !strcmp(argv[1], "bench") ? 3 : 2;
   if (first > argc) return usage(stderr);
   for (int i = first; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) o.json = 1;
-    else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc) o.ordinal = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) o.rounds = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--json"))
+      o.json = 1;
+    else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc)
+      o.ordinal = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      o.rounds = atoi(argv[++i]);
     else {
       fprintf(stderr, "devrt: unknown option '%s'\n", argv[i]);
       return usage(stderr);

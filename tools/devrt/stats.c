@@ -10,15 +10,38 @@
 enum { NSTREAMS = 4, NBLOCKS = 8, NLAUNCHES = 64, NELEMS = 1024 };
 
 /* Every uint64_t field of devrt_block_stats and of devrt_resource_figures, as X(struct, field). */
-#define BLOCK_STATS(X, v)                                                                          \
-  X(v, blocks_allocated) X(v, blocks_live) X(v, waits_inserted) X(v, waits_skipped_same_stream)     \
-  X(v, waits_skipped_complete) X(v, waits_coalesced) X(v, events_recorded) X(v, events_reused)      \
-  X(v, events_created) X(v, deferred_frees) X(v, reaped_bytes) X(v, stale_refusals)               \
-  X(v, refused_launches) X(v, launches)
-#define FIGURES(X, v)                                                                              \
-  X(v, live_bytes) X(v, pending_bytes) X(v, cached_bytes) X(v, limit_bytes) X(v, available_bytes)   \
-  X(v, granularity) X(v, reaped_bytes) X(v, fallbacks) X(v, cache_hits) X(v, cache_misses)          \
-  X(v, log_records) X(v, log_dropped)
+// clang-format off: one X a line
+#define BLOCK_STATS(X, v)         \
+  X(v, blocks_allocated)          \
+  X(v, blocks_live)               \
+  X(v, waits_inserted)            \
+  X(v, waits_skipped_same_stream) \
+  X(v, waits_skipped_complete)    \
+  X(v, waits_coalesced)           \
+  X(v, events_recorded)           \
+  X(v, events_reused)             \
+  X(v, events_created)            \
+  X(v, deferred_frees)            \
+  X(v, reaped_bytes)              \
+  X(v, stale_refusals)            \
+  X(v, refused_launches)          \
+  X(v, launches)
+// clang-format on
+// clang-format off: one X a line
+#define FIGURES(X, v)   \
+  X(v, live_bytes)      \
+  X(v, pending_bytes)   \
+  X(v, cached_bytes)    \
+  X(v, limit_bytes)     \
+  X(v, available_bytes) \
+  X(v, granularity)     \
+  X(v, reaped_bytes)    \
+  X(v, fallbacks)       \
+  X(v, cache_hits)      \
+  X(v, cache_misses)    \
+  X(v, log_records)     \
+  X(v, log_dropped)
+// clang-format on
 
 typedef struct work {
   devrt_runtime* rt;
@@ -31,11 +54,11 @@ typedef struct work {
   uint64_t reaped;
 } work;
 
-#define W(name, expr)                      \
-  do {                                     \
-    *what = name;                          \
-    devrt_status s_ = (expr);              \
-    if (s_ != DEVRT_OK) return s_;         \
+#define W(name, expr)              \
+  do {                             \
+    *what = name;                  \
+    devrt_status s_ = (expr);      \
+    if (s_ != DEVRT_OK) return s_; \
   } while (0)
 
 /* Launch i: even ones fill block k = i/2 on stream k; odd ones copy block k into block k+1 on
@@ -51,8 +74,13 @@ static devrt_status launch(work* w, int i, const char** what) {
   void* fill_args[] = {&psrc, &value, &n};
   void* copy_args[] = {&pdst, &psrc, &n};
   devrt_block_use uses[2] = {{src, DEVRT_ACCESS_WRITE}, {dst, DEVRT_ACCESS_WRITE}};
-  devrt_launch_desc d = {.kernel = w->fill, .grid = {4, 1, 1}, .block = {256, 1, 1}, .args = fill_args,
-                         .uses = uses, .nuses = 1, .stream = w->s[k % NSTREAMS]};
+  devrt_launch_desc d = {.kernel = w->fill,
+                         .grid = {4, 1, 1},
+                         .block = {256, 1, 1},
+                         .args = fill_args,
+                         .uses = uses,
+                         .nuses = 1,
+                         .stream = w->s[k % NSTREAMS]};
   if (i % 2) {
     d.kernel = w->copy, d.args = copy_args, d.nuses = 2, d.stream = w->s[(k + 1) % NSTREAMS];
     uses[0].access = DEVRT_ACCESS_READ;
@@ -65,9 +93,11 @@ static devrt_status run(work* w, const char** what) {
   W("module_load", devrt_module_load(w->rt, NULL, &w->mod));
   W("kernel_get", devrt_kernel_get(w->mod, "devrt_fill_u32", &w->fill));
   W("kernel_get", devrt_kernel_get(w->mod, "devrt_copy_u32", &w->copy));
-  for (int i = 0; i < NSTREAMS; i++) W("stream_acquire", devrt_stream_acquire(w->rt, DEVRT_ACQUIRE_SHARE, &w->s[i]));
+  for (int i = 0; i < NSTREAMS; i++)
+    W("stream_acquire", devrt_stream_acquire(w->rt, DEVRT_ACQUIRE_SHARE, &w->s[i]));
   for (int i = 0; i < NBLOCKS; i++)
-    W("block_alloc", devrt_block_alloc(w->rt, NELEMS * 4, w->s[i % NSTREAMS], "devrt stats", &w->blk[i]));
+    W("block_alloc",
+      devrt_block_alloc(w->rt, NELEMS * 4, w->s[i % NSTREAMS], "devrt stats", &w->blk[i]));
   W("pool_alloc", devrt_pool_alloc(w->rt, NELEMS * 4, w->s[0], &w->scratch));
   for (int i = 0; i < NLAUNCHES; i++) {
     devrt_status s = launch(w, i, what);
@@ -83,8 +113,13 @@ static devrt_status run(work* w, const char** what) {
   uint64_t n = NELEMS;
   void* args[] = {&w->scratch, &value, &n};
   devrt_block_use use = {freed, DEVRT_ACCESS_WRITE};
-  devrt_launch_desc d = {.stream = w->s[0], .kernel = w->fill, .grid = {1, 1, 1}, .block = {256, 1, 1},
-                         .args = args, .uses = &use, .nuses = 1};
+  devrt_launch_desc d = {.stream = w->s[0],
+                         .kernel = w->fill,
+                         .grid = {1, 1, 1},
+                         .block = {256, 1, 1},
+                         .args = args,
+                         .uses = &use,
+                         .nuses = 1};
   w->stale = devrt_launch(w->rt, &d);
   W("reap_pending", devrt_reap_pending(w->rt, DEVRT_REAP_WAIT, &w->reaped));
   return DEVRT_OK;
@@ -113,11 +148,14 @@ static int fail(const cli_opts* o, const char* what, devrt_status s) {
   return 1;
 }
 
-static void print_json(const work* w, const char* backend, const devrt_block_stats* bs, const devrt_resource* stack,
-                       const devrt_resource_figures* f) {
-  printf("{\"workload\":{\"launches\":%d,\"streams\":%d,\"blocks\":%d,\"block_bytes\":%d,\"backend\":\"%s\","
-         "\"stale_launch\":\"%s\",\"reaped_bytes\":%llu},\n \"block_stats\":{",
-         NLAUNCHES, NSTREAMS, NBLOCKS, NELEMS * 4, backend, devrt_status_name(w->stale), (unsigned long long)w->reaped);
+static void print_json(const work* w, const char* backend, const devrt_block_stats* bs,
+                       const devrt_resource* stack, const devrt_resource_figures* f) {
+  printf(
+      "{\"workload\":{\"launches\":%d,\"streams\":%d,\"blocks\":%d,\"block_bytes\":%d,\"backend\":"
+      "\"%s\","
+      "\"stale_launch\":\"%s\",\"reaped_bytes\":%llu},\n \"block_stats\":{",
+      NLAUNCHES, NSTREAMS, NBLOCKS, NELEMS * 4, backend, devrt_status_name(w->stale),
+      (unsigned long long)w->reaped);
   const char* sep = "";
 #define JSON_FIELD(v, x) printf("%s\"" #x "\":%llu", sep, (unsigned long long)(v)->x), sep = ",";
   BLOCK_STATS(JSON_FIELD, bs)
@@ -131,17 +169,21 @@ static void print_json(const work* w, const char* backend, const devrt_block_sta
 #undef JSON_FIELD
   const devrt_memory_counter* c[2] = {&f->bytes, &f->count};
   for (int i = 0; i < 2; i++)
-    printf(",\"%s\":{\"current\":%lld,\"peak\":%lld,\"total\":%lld}", i ? "count" : "bytes", (long long)c[i]->current,
-           (long long)c[i]->peak, (long long)c[i]->total);
+    printf(",\"%s\":{\"current\":%lld,\"peak\":%lld,\"total\":%lld}", i ? "count" : "bytes",
+           (long long)c[i]->current, (long long)c[i]->peak, (long long)c[i]->total);
   printf("}}\n");
 }
 
-static void print_text(const work* w, const char* backend, const devrt_block_stats* bs, const devrt_resource* stack,
-                       const devrt_resource_figures* f) {
-  printf("devrt stats: ran a built-in workload of %d recorded launches on backend %s\n"
-         "  (%d streams, %d blocks of %d B; fills and copies alternating across the streams), then freed the\n"
-         "  blocks, made one launch on a freed block (%s) and reaped with DEVRT_REAP_WAIT (%llu bytes)\n",
-         NLAUNCHES, backend, NSTREAMS, NBLOCKS, NELEMS * 4, devrt_status_name(w->stale), (unsigned long long)w->reaped);
+static void print_text(const work* w, const char* backend, const devrt_block_stats* bs,
+                       const devrt_resource* stack, const devrt_resource_figures* f) {
+  printf(
+      "devrt stats: ran a built-in workload of %d recorded launches on backend %s\n"
+      "  (%d streams, %d blocks of %d B; fills and copies alternating across the streams), then "
+      "freed the\n"
+      "  blocks, made one launch on a freed block (%s) and reaped with DEVRT_REAP_WAIT (%llu "
+      "bytes)\n",
+      NLAUNCHES, backend, NSTREAMS, NBLOCKS, NELEMS * 4, devrt_status_name(w->stale),
+      (unsigned long long)w->reaped);
   printf("block tracking (devrt_block_stats):\n");
 #define TEXT_FIELD(v, x) printf("  %-26s %llu\n", #x, (unsigned long long)(v)->x);
   BLOCK_STATS(TEXT_FIELD, bs)
@@ -153,8 +195,8 @@ static void print_text(const work* w, const char* backend, const devrt_block_sta
 #undef TEXT_FIELD
   const devrt_memory_counter* c[2] = {&f->bytes, &f->count};
   for (int i = 0; i < 2; i++)
-    printf("  %-26s current %lld, peak %lld, total %lld\n", i ? "count" : "bytes", (long long)c[i]->current,
-           (long long)c[i]->peak, (long long)c[i]->total);
+    printf("  %-26s current %lld, peak %lld, total %lld\n", i ? "count" : "bytes",
+           (long long)c[i]->current, (long long)c[i]->peak, (long long)c[i]->total);
 }
 
 int cli_stats(const cli_opts* o) {
