@@ -366,15 +366,19 @@ DV_HOT static void clear_track(devrt_runtime* rt, dv_track* t, refs* r) {
  * allocates, frees or waits there: has_room() drops the entries known complete (atomics only)
  * and says whether one is free; if none is, the caller drops its lock, calls grow_unlocked(),
  * takes the lock again and asks again (the track may have changed meanwhile). */
+/* Takes entry k out of t (its reference to r's drops); the last entry moves into its place. */
+DV_HOT static void drop_entry(devrt_runtime* rt, dv_track* t, unsigned k, refs* r) {
+  drop(rt, r, t->readers[k].ev);
+  t->readers[k] = t->readers[--t->nreaders];
+}
+
 DV_HOT static bool has_room(devrt_runtime* rt, dv_track* t, refs* r) {
   if (DV_LIKELY(t->nreaders < t->capreaders)) return true;
   for (unsigned k = 0; k < t->nreaders;)
-    if (dv_pev_done(rt, t->readers[k].ev)) {
-      drop(rt, r, t->readers[k].ev);
-      t->readers[k] = t->readers[--t->nreaders];
-    } else {
+    if (dv_pev_done(rt, t->readers[k].ev))
+      drop_entry(rt, t, k, r);
+    else
       k++;
-    }
   return t->nreaders < t->capreaders;
 }
 
@@ -412,10 +416,14 @@ static DV_NOINLINE bool grow_unlocked(devrt_runtime* rt, dv_track* t, dv_spin* m
   return ok;
 }
 
-/* Whether the work marked by ev, on `slot`, is known to end after p's: p is an earlier point of
- * the same stream, or has completed. Both stay true (seq is final for both, dv_pev_done's is). */
-DV_HOT static bool follows(devrt_runtime* rt, const dv_pev* ev, unsigned slot, const dv_pev* p) {
-  return (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <=
+/* Whether the write marked by ev, on `slot`, is known to end after p's point, so it may replace
+ * p: `waited` (slot waited for the whole track, p included, unless p is slot's own: a thread
+ * sharing the stream may have marked a later point), p is an earlier point of the same stream,
+ * or p has completed. Each stays true (seq is final for both, dv_pev_done's is). */
+DV_HOT static bool replaces(devrt_runtime* rt, const dv_pev* ev, unsigned slot, const dv_pev* p,
+                            bool waited) {
+  return (waited && p->slot != slot) ||
+         (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <=
                                  atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
          dv_pev_done(rt, p);
 }
@@ -442,33 +450,24 @@ DV_HOT static void keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_
 }
 
 /* Records a write by `slot` at r->ev. What it replaces goes only where the write is known to end
- * after it: `waited` (the caller's stream waited for everything the track held, as its epoch
- * shows; the waits realized those marks, so their points are final), or follows(). Anything
+ * after it (replaces(): `waited` means the caller's stream waited for everything the track held,
+ * as its epoch shows; the waits realized those marks, so their points are final). Anything
  * else (a use on another stream that the writing stream never waited for: a finish without a
  * matching prepare, two threads writing one block at once) stays as an entry, so a later write
  * or free still waits for it; a replaced writer's entry covers a write, so later reads wait for
- * it as well as for the new writer (two writes not ordered are both "the last"). Entries of the
- * writer's own slot are compared by seq even when `waited`: a thread sharing the stream may
- * have marked a later point. */
+ * it as well as for the new writer (two writes not ordered are both "the last"). */
 DV_HOT static void record_write(devrt_runtime* rt, dv_track* t, unsigned slot, refs* r,
                                 bool waited) {
-  for (unsigned k = 0; k < t->nreaders;) {
-    dv_pev* p = t->readers[k].ev;
-    if ((waited && p->slot != slot) || follows(rt, r->ev, slot, p)) {
-      drop(rt, r, p);
-      t->readers[k] = t->readers[--t->nreaders];
-    } else {
-      k++;
-    }
-  }
-  dv_pev* old = t->writer;
-  if (old) {
-    bool covered = (waited && old->slot != slot) || follows(rt, r->ev, slot, old);
-    if (covered)
-      drop(rt, r, old);
+  for (unsigned k = 0; k < t->nreaders;)
+    if (replaces(rt, r->ev, slot, t->readers[k].ev, waited))
+      drop_entry(rt, t, k, r);
     else
-      keep_entry(rt, t, old->slot, old, true, r);
-  }
+      k++;
+  dv_pev* old = t->writer;
+  if (old && replaces(rt, r->ev, slot, old, waited))
+    drop(rt, r, old);
+  else if (old)
+    keep_entry(rt, t, old->slot, old, true, r);
   t->writer = r->ev;
   r->gain++;
 }
@@ -567,10 +566,7 @@ static void lock_with_room(devrt_runtime* rt, dv_blk* b, refs* r) {
     unlock(b);
     bool ok = grow_unlocked(rt, &b->t, &b->lock);
     lock_tracked(rt, b);
-    if (!ok && !has_room(rt, &b->t, r)) { /* the device is lost: nothing runs any more */
-      drop(rt, r, b->t.readers[0].ev);
-      b->t.readers[0] = b->t.readers[--b->t.nreaders];
-    }
+    if (!ok && !has_room(rt, &b->t, r)) drop_entry(rt, &b->t, 0, r); /* device lost: nothing runs */
   }
 }
 
@@ -1188,7 +1184,8 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   return st;
 }
 
-/* Takes or gives back a finish's pin on a live block (a free is refused meanwhile). */
+/* Pins a live block for a finish (a free is refused until the finish unpins it); INVALID_STATE
+ * if a free is in progress, STALE_BLOCK if it is done. */
 static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_tracked(rt, h, "devrt_finish_block_use", &st);

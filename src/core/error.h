@@ -65,6 +65,15 @@ static inline void dv_error_clear(void) {
     stmt;                            \
     dv_error_state -= DV_ERROR_KEEP; \
   } while (0)
+/* Runs `call` whether or not st already holds a failure; st keeps the first one, and its message.
+ */
+#define DV_ALSO(st, call)  \
+  do {                     \
+    if ((st) == DEVRT_OK)  \
+      (st) = (call);       \
+    else                   \
+      DV_KEEP_ERROR(call); \
+  } while (0)
 
 #define DV_CHECK(expr)                                \
   do {                                                \

@@ -416,12 +416,7 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
     devrt_status fs = rt->be->pool_free(rt->dev, p[i], s);
     if (st == DEVRT_OK) st = fs;
   }
-  devrt_status ss = DEVRT_OK;
-  if (st == DEVRT_OK)
-    ss = devrt_stream_synchronize(rt, sid);
-  else
-    DV_KEEP_ERROR(devrt_stream_synchronize(rt, sid)); /* the first error stands */
-  if (st == DEVRT_OK) st = ss;
+  DV_ALSO(st, devrt_stream_synchronize(rt, sid));
   if (st != DEVRT_OK) return st;
   if (!g)
     return dv_fail(DEVRT_ERR_BACKEND_ERROR,

@@ -462,12 +462,9 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
 }
 
 static devrt_status caching_trim(devrt_resource* self, uint64_t* released) {
-  devrt_status st = release_all((cache*)self, released), up = DEVRT_OK;
-  if (st == DEVRT_OK)
-    up = devrt_resource_trim(self->upstream, NULL);
-  else
-    DV_KEEP_ERROR(devrt_resource_trim(self->upstream, NULL)); /* the first error stands */
-  return st != DEVRT_OK ? st : up;
+  devrt_status st = release_all((cache*)self, released);
+  DV_ALSO(st, devrt_resource_trim(self->upstream, NULL));
+  return st;
 }
 
 static devrt_status caching_reap(devrt_resource* self, unsigned flags, uint64_t* reaped) {
