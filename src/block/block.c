@@ -17,7 +17,8 @@ enum {
   NSHARD = 16,
   INLINE_READERS = 3,
   GROUP_SMALL = 2,
-  GROUP_MAX = 64
+  GROUP_MAX = 64,
+  USERS_MAX = 4 /* slots a block remembers having used it; past that its free checks every slot */
 };
 #define INDEX_BITS 24 /* handle = generation (40 bits) << 24 | (index + 1) */
 #define GEN_MASK ((1ull << 40) - 1)
@@ -69,12 +70,15 @@ typedef struct dv_blk {
   _Atomic uint64_t
       ver; /* bumped under the lock by every change of t or group (the repeat path reads it) */
   _Atomic(dv_group*)
-      group;           /* set (under both locks): t is empty, the group's record holds the state */
-  uint32_t lastset;    /* the set of blocks its last tracked use declared (a hash) */
-  uint32_t lastslot;   /* and that use's slot */
-  uint32_t prep_slot;  /* the last devrt_prepare_block_use: its slot + 1 (0: none), */
-  bool prep_write;     /* whether it waited as a write does, */
-  uint32_t prep_epoch; /* and t.epoch once its waits were issued */
+      group;         /* set (under both locks): t is empty, the group's record holds the state */
+  uint32_t lastset;  /* the set of blocks its last tracked use declared (a hash) */
+  uint32_t lastslot; /* and that use's slot */
+  uint8_t nusers;    /* slots in users[], or USERS_MAX + 1: more than fit (any slot may be) */
+  uint16_t users[USERS_MAX]; /* the slots that recorded a use since the allocation: only their
+                              * repeat paths can hold it (dv_block_free_on waits for them) */
+  uint32_t prep_slot;        /* the last devrt_prepare_block_use: its slot + 1 (0: none), */
+  bool prep_write;           /* whether it waited as a write does, */
+  uint32_t prep_epoch;       /* and t.epoch once its waits were issued */
   void* ptr;
   size_t size;
   const char* tag;
@@ -110,6 +114,14 @@ static void gunlock(dv_group* g) { dv_spin_unlock(&g->lock); }
 static void touched(dv_blk* b) {
   b->t.epoch++;
   atomic_store(&b->ver, atomic_load_explicit(&b->ver, memory_order_relaxed) + 1);
+}
+
+/* Slot `slot` recorded a use of b (b locked): its repeat path may now hold b. */
+static void add_user(dv_blk* b, unsigned slot) {
+  for (unsigned k = 0; k < b->nusers && k < USERS_MAX; k++)
+    if (b->users[k] == slot) return;
+  if (b->nusers < USERS_MAX) b->users[b->nusers] = (uint16_t)slot;
+  if (b->nusers <= USERS_MAX) b->nusers++;
 }
 
 /* ---- table ---- */
@@ -261,6 +273,12 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 
 /* ---- tracking ---- */
 
+/* Where each source slot's entry sits in the wait list this thread is gathering: a hint that the
+ * list confirms (w[k].slot == slot), so it needs no clearing between lists, and a wait is found in
+ * one step however many slots the list holds. (Not DV_TLS: 8 KiB is too much for static TLS.) */
+static _Thread_local uint16_t wait_at[DV_SID_SLOTS];
+_Static_assert(DV_SID_SLOTS <= 65536, "wait_at holds list positions as uint16_t");
+
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
  * Skips the slot's own events and events known complete. Counts as `wt` uses of p (a group's
  * members): each skip wt times, and a wait inserted for them as wt - 1 coalesced. */
@@ -274,17 +292,18 @@ DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w,
     c->complete += wt;
     return;
   }
-  for (unsigned k = 0; k < *n; k++)
-    if (w[k].slot == p->slot) {
-      c->coalesced += wt;
-      if (p->seq > w[k].ev->seq) {
-        dv_pev_ref(p);
-        dv_pev_unref(rt, w[k].ev);
-        w[k].ev = p;
-      }
-      return;
+  unsigned k = wait_at[p->slot];
+  if (k < *n && w[k].slot == p->slot) {
+    c->coalesced += wt;
+    if (p->seq > w[k].ev->seq) {
+      dv_pev_ref(p);
+      dv_pev_unref(rt, w[k].ev);
+      w[k].ev = p;
     }
+    return;
+  }
   dv_pev_ref(p);
+  wait_at[p->slot] = (uint16_t)*n;
   w[(*n)++] = (dv_wait){p->slot, false, p};
   c->coalesced += wt - 1;
 }
@@ -306,7 +325,7 @@ DV_HOT static void drop_waits(devrt_runtime* rt, dv_wait* w, unsigned n) {
 DV_HOT static uint32_t drops_of(const dv_track* t, devrt_access a, const dv_pev* of) {
   uint32_t n = (a & DEVRT_ACCESS_WRITE) && t->writer == of;
   for (unsigned k = 0; k < t->nreaders; k++)
-    n += t->readers[k].ev == of; /* of is slot's: only its entry can match */
+    if (t->readers[k].ev == of) return n + 1; /* of is slot's: only its entry can match */
   return n;
 }
 
@@ -834,6 +853,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
     if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
       record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
       touched(b);
+      add_user(b, slot);
     }
     again = again && b->lastset == set &&
             (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
@@ -995,6 +1015,7 @@ devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream strea
   b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
   b->live = b->pending = true;
   b->pins = 0;
+  b->nusers = 0; /* a repeat of the last allocation cannot match this one's handle */
   b->ptr = NULL, b->size = size, b->tag = tag, b->stream = stream;
   b->t.writer = NULL;
   b->t.nreaders = 0;
@@ -1079,9 +1100,12 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   }
   b->pins = FREEING;
   touched(b); /* a repeat launch that saw the old version has claimed its slot: wait for it */
+  uint16_t users[USERS_MAX];
+  unsigned nusers = b->nusers;
+  memcpy(users, b->users, sizeof users);
   unlock(b);
-  for (unsigned i = 0; i < rt->nslots; i++)
-    while (atomic_load(&rt->evslots[i].issuing)) sched_yield();
+  for (unsigned i = 0; i < (nusers > USERS_MAX ? rt->nslots : nusers); i++)
+    while (atomic_load(&rt->evslots[nusers > USERS_MAX ? i : users[i]].issuing)) sched_yield();
   lock(b);
   unsigned n = 0;
   dv_counts c = {0};
