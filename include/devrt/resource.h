@@ -120,13 +120,27 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
 /* Called on OVER_BUDGET or device out-of-memory: return true to retry the allocation once more. */
 typedef bool (*devrt_fallback_fn)(void* user, size_t size, const char* tag, devrt_status why);
 
+/* What a budget counts against its limit; whoever builds the stack says which.
+ * THROUGH (the default): the bytes allocated through this budget and not yet freed to it.
+ * DEVICE: everything the stack beneath holds of the device: live, pending and cached bytes,
+ * whoever allocated them. The stack's leaf must be devrt's async or simple resource (they keep
+ * that account), and a stack has at most one DEVICE budget at a time: a second is refused with
+ * INVALID_STATE until the first is destroyed. The runtime's default stack has one. */
+typedef enum devrt_budget_scope {
+  DEVRT_BUDGET_THROUGH = 0,
+  DEVRT_BUDGET_DEVICE
+} devrt_budget_scope;
+
 typedef struct devrt_budget_options {
   uint64_t limit_bytes;       /* > 0 */
+  devrt_budget_scope scope;   /* THROUGH (0) or DEVICE */
   bool wait_for_pending;      /* under pressure, block for pending frees before refusing */
   devrt_fallback_fn fallback; /* may be NULL: the error is returned */
   void* fallback_user;
 } devrt_budget_options;
-/* A byte limit over everything beneath it. Lock-free admission. */
+/* A byte limit over `upstream`, counting what opts->scope says. Lock-free admission.
+ * INVALID_ARGUMENT for a bad scope or a DEVICE scope over a stack without devrt's leaf;
+ * INVALID_STATE for a DEVICE scope over a stack that already has one. Thread-safe. */
 devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_options* opts,
                                  devrt_resource** out);
 /* A sub-budget under `parent` (a budget): its allocations count against both; it can never

@@ -25,12 +25,12 @@ typedef struct budget {
 
 static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
 
-/* Two ways to admit. The first device budget over an accounted stack owns the account: it puts
- * its limit there, and a leaf admits new device memory with one compare-and-swap on the stack's
- * held word (live + pending + cached) before asking the pool. An allocation served from a cache
- * holds nothing new, so it passes without touching a shared word; the budget sees a refusal only
- * as the leaf's OVER_BUDGET. Any other budget (a sub-budget, a second budget over the same stack,
- * one over a stack with no account) reserves on its own live word before calling upstream. */
+/* Two ways to admit, as the builder chose (devrt_budget_scope). A DEVICE budget owns its stack's
+ * account: it puts its limit there, and a leaf admits new device memory with one compare-and-swap
+ * on the stack's held word (live + pending + cached) before asking the pool. An allocation served
+ * from a cache holds nothing new, so it passes without touching a shared word; the budget sees a
+ * refusal only as the leaf's OVER_BUDGET. A THROUGH budget (and every sub-budget) reserves on its
+ * own live word before calling upstream. */
 /* Upstream: statistics in devrt's stacks, called directly (account.h). */
 #define UP_ALLOCATE(r, ...) DV_CALL((r)->upstream, stats, allocate, __VA_ARGS__)
 #define UP_DEALLOCATE(r, ...) DV_CALL((r)->upstream, stats, deallocate, __VA_ARGS__)
@@ -168,9 +168,21 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
   }
   atomic_init(&b->limit, limit);
   b->parent = parent;
-  uintptr_t none = 0;
-  if (!parent && b->r.account &&
-      atomic_compare_exchange_strong(&b->r.account->owner, &none, (uintptr_t)b)) {
+  uintptr_t owner = 0;
+  if (o && o->scope == DEVRT_BUDGET_DEVICE) {
+    if (!b->r.account)
+      s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                  "devrt_budget_create: a DEVICE budget needs devrt's async or "
+                  "simple resource at the bottom of the stack (%s has none)",
+                  upstream->name);
+    else if (!atomic_compare_exchange_strong(&b->r.account->owner, &owner, (uintptr_t)b))
+      s = dv_fail(DEVRT_ERR_INVALID_STATE,
+                  "devrt_budget_create: the stack under %s already has a DEVICE budget (%s)",
+                  upstream->name, ((budget*)owner)->r.name);
+    if (s != DEVRT_OK) {
+      DV_ALSO(s, devrt_resource_release(&b->r)); /* keeps the message above */
+      return s;
+    }
     b->owns = true;
     atomic_store(&b->r.account->limit, limit);
   }
@@ -189,6 +201,8 @@ devrt_status devrt_budget_create(devrt_resource* upstream, const devrt_budget_op
   DV_ARG_CHECK(opts && out, "devrt_budget_create", "opts %p or out %p is NULL", (const void*)opts,
                (void*)out);
   DV_ARG_CHECK(opts->limit_bytes, "devrt_budget_create", "limit_bytes is 0");
+  DV_ARG_CHECK(opts->scope == DEVRT_BUDGET_THROUGH || opts->scope == DEVRT_BUDGET_DEVICE,
+               "devrt_budget_create", "scope %d is neither THROUGH nor DEVICE", (int)opts->scope);
   return create(upstream, opts->limit_bytes, NULL, opts, out);
 }
 

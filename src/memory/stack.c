@@ -27,7 +27,7 @@ devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t l
                                 .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};
     PUSH(top, devrt_logging_resource_create(*top, &lo, &next_));
   }
-  devrt_budget_options bo = {.limit_bytes = limit};
+  devrt_budget_options bo = {.limit_bytes = limit, .scope = DEVRT_BUDGET_DEVICE};
   PUSH(top, devrt_budget_create(*top, &bo, &next_));
   return DEVRT_OK;
 }

@@ -5,10 +5,13 @@
 
 #define MiB (1ull << 20)
 
-static devrt_resource* budget_over(devrt_resource* up, uint64_t limit, bool wait,
-                                   devrt_fallback_fn fb, void* user) {
-  devrt_budget_options o = {
-      .limit_bytes = limit, .wait_for_pending = wait, .fallback = fb, .fallback_user = user};
+static devrt_resource* budget_over(devrt_resource* up, uint64_t limit, devrt_budget_scope scope,
+                                   bool wait, devrt_fallback_fn fb, void* user) {
+  devrt_budget_options o = {.limit_bytes = limit,
+                            .scope = scope,
+                            .wait_for_pending = wait,
+                            .fallback = fb,
+                            .fallback_user = user};
   devrt_resource* b = NULL;
   REQUIRE_OK(devrt_budget_create(up, &o, &b));
   return b;
@@ -58,7 +61,7 @@ int main(void) {
 
   /* Exact limit accepted, one byte more refused, nothing changed by the refusal. */
   uint64_t limit = 4 * MiB;
-  devrt_resource* b = budget_over(leaf, limit, false, NULL, NULL);
+  devrt_resource* b = budget_over(leaf, limit, DEVRT_BUDGET_DEVICE, false, NULL, NULL);
   void *p, *q;
   CHECK_OK(devrt_resource_allocate(b, limit, s, "exact", &p));
   CHECK(fig(b).live_bytes == limit && fig(b).available_bytes == 0);
@@ -98,7 +101,7 @@ int main(void) {
   CHECK(fig(b).pending_bytes == limit);
   /* bw, stacked over leaf that b owns, counts only what passes through it (available: its whole
    * limit), while leaf still refuses past b's limit; bw's ladder then waits for the free. */
-  devrt_resource* bw = budget_over(leaf, limit, true, NULL, NULL);
+  devrt_resource* bw = budget_over(leaf, limit, DEVRT_BUDGET_THROUGH, true, NULL, NULL);
   CHECK(fig(bw).available_bytes == limit && fig(bw).live_bytes == 0);
   CHECK_OK(devrt_resource_allocate(bw, MiB, s, "waited", &q));
   CHECK(fig(bw).pending_bytes == 0);
@@ -108,7 +111,7 @@ int main(void) {
 
   /* Fallback: runs on OVER_BUDGET, the allocation is retried when it returns true; counted. */
   spill sp = {b, NULL, 3 * MiB, s, 0};
-  devrt_resource* bf = budget_over(leaf, limit, false, spill_one, &sp);
+  devrt_resource* bf = budget_over(leaf, limit, DEVRT_BUDGET_THROUGH, false, spill_one, &sp);
   sp.r = bf;
   CHECK_OK(devrt_resource_allocate(bf, 3 * MiB, s, "held", &sp.held));
   CHECK_OK(devrt_resource_allocate(bf, 2 * MiB, s, "needs-spill", &q));
@@ -125,7 +128,7 @@ int main(void) {
 
   /* Nested: a 2 MiB child under a 5 MiB parent refuses 4 MiB; the parent refuses the child when
    * the parent is full although the child has room. */
-  devrt_resource* parent = budget_over(leaf, 5 * MiB, false, NULL, NULL);
+  devrt_resource* parent = budget_over(leaf, 5 * MiB, DEVRT_BUDGET_DEVICE, false, NULL, NULL);
   devrt_resource *child, *bad;
   CHECK_OK(devrt_budget_create_child(parent, 2 * MiB, &child));
   CHECK_STATUS(devrt_budget_create_child(parent, 6 * MiB, &bad), DEVRT_ERR_INVALID_ARGUMENT);
@@ -154,7 +157,7 @@ int main(void) {
   REQUIRE_OK(devrt_async_resource_create(rt, &leaf2));
   REQUIRE_OK(devrt_caching_resource_create(leaf2, NULL, &cache));
   devrt_resource_release(leaf2); /* cache holds it */
-  devrt_resource* bc = budget_over(cache, 4 * MiB, true, NULL, NULL);
+  devrt_resource* bc = budget_over(cache, 4 * MiB, DEVRT_BUDGET_DEVICE, true, NULL, NULL);
   void* blocks[4];
   for (int i = 0; i < 4; i++) CHECK_OK(devrt_resource_allocate(bc, MiB, s, "cached", &blocks[i]));
   for (int i = 0; i < 4; i++) CHECK_OK(devrt_resource_deallocate(bc, blocks[i], MiB, s));
@@ -169,6 +172,23 @@ int main(void) {
   CHECK(f.cached_bytes == 0 && f.pending_bytes == 0 && f.live_bytes == 0);
   devrt_resource_release(bc);
   devrt_resource_release(cache);
+
+  /* Who counts the device is the builder's choice: one DEVICE budget a stack at a time (the
+   * refusal names the one that has it), THROUGH ones beside it. */
+  devrt_resource* dev = budget_over(leaf, limit, DEVRT_BUDGET_DEVICE, false, NULL, NULL);
+  devrt_budget_options twice = {.limit_bytes = limit, .scope = DEVRT_BUDGET_DEVICE};
+  CHECK_STATUS(devrt_budget_create(leaf, &twice, &bad), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "already has a DEVICE budget (budget)"));
+  devrt_resource* through = budget_over(leaf, MiB, DEVRT_BUDGET_THROUGH, false, NULL, NULL);
+  CHECK_OK(devrt_resource_allocate(dev, 2 * MiB, s, "device", &p));
+  CHECK(fig(through).live_bytes == 0 && fig(dev).live_bytes == 2 * MiB);
+  CHECK_OK(devrt_resource_deallocate(dev, p, 2 * MiB, s));
+  devrt_resource_release(dev);
+  CHECK_OK(devrt_budget_create(leaf, &twice, &dev)); /* free again once the first is gone */
+  devrt_resource_release(dev);
+  devrt_resource_release(through);
+  twice.scope = (devrt_budget_scope)7;
+  CHECK_STATUS(devrt_budget_create(leaf, &twice, &bad), DEVRT_ERR_INVALID_ARGUMENT);
 
   /* Bad input. */
   devrt_budget_options zero = {0};

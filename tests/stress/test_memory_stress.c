@@ -237,8 +237,9 @@ int main(void) {
   uint64_t limit = 24 * MiB; /* 16 threads x up to 8 blocks of up to 2 MiB: far more than fits */
   devrt_resource *leaf, *cache, *b1, *b2;
   REQUIRE_OK(devrt_async_resource_create(rt, &leaf));
-  devrt_budget_options o = {.limit_bytes = limit};
+  devrt_budget_options o = {.limit_bytes = limit, .scope = DEVRT_BUDGET_DEVICE};
   REQUIRE_OK(devrt_budget_create(leaf, &o, &b1));
+  o.scope = DEVRT_BUDGET_THROUGH; /* b1 counts the device; b2 what passes through it */
   stress(rt, b1, limit, THREADS, "budget -> async");
   stress(rt, b1, limit, 8, "budget -> async, 8 threads");
   REQUIRE_OK(devrt_caching_resource_create(leaf, NULL, &cache));
