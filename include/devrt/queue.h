@@ -9,8 +9,9 @@
  *   value (or a later one). That event exists once that submission has been issued, so a
  *   submission whose waits are all *scheduled* is issued at once, before they complete, and
  *   GPU -> GPU dependencies never go through the host. A submission with a wait not yet
- *   scheduled is parked; devrt's dispatch thread issues it as soon as every wait is scheduled
- *   (a host signal, or an issued device signal, re-checks the parked submissions).
+ *   scheduled is parked and issued as soon as every wait is scheduled: by the host signal's own
+ *   thread when it released it and the queue's issue lock was free, else by devrt's dispatch
+ *   thread (an issued device signal re-checks the parked submissions there).
  * - Host calls run on the dispatch thread once every wait has *completed*; their signals are
  *   host signals after the call returns OK.
  * - Device completion is observed by devrt's completion thread (devrt_config.completion says how)
@@ -86,7 +87,8 @@ typedef struct devrt_queue_stats {
   uint64_t submitted, refused; /* accepted; refused by devrt_queue_submit */
   uint64_t issued_inline;      /* issued on the submitting thread: every wait already scheduled */
   uint64_t parked;             /* parked because a wait was not yet scheduled */
-  uint64_t issued_by_dispatch; /* issued by the dispatch thread */
+  uint64_t issued_by_dispatch; /* parked, then issued once released (by the dispatch thread or
+                                * the releasing host signal's thread) */
   uint64_t host_calls, failed; /* host calls run; submissions failed (their signals failed) */
   uint64_t device_waits;       /* cuStreamWaitEvent inserted for semaphore waits */
   uint64_t host_hops;          /* device work released only once a device signal had completed on

@@ -55,7 +55,10 @@ devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_s
 devrt_status devrt_semaphore_destroy(devrt_semaphore* sem);
 
 /* Host signal: sets the value to `value` (> current, <= maximum), wakes host waiters and
- * releases submissions waiting for it. ABORTED once failed. Thread-safe. */
+ * releases submissions waiting for it. ABORTED once failed. Thread-safe. The device work it
+ * releases may be issued on the calling thread (driver calls; a failure there fails that work's
+ * signals, not this call), so do not call it from a CUDA host function (cuLaunchHostFunc), where
+ * driver calls are not allowed: signal from a devrt_queue host call instead. */
 devrt_status devrt_semaphore_signal(devrt_semaphore* sem, uint64_t value);
 
 /* The completed value (first polling the oldest scheduled device signal once, so GPU progress is

@@ -1,6 +1,7 @@
 /* queue.c: devrt_queue_submit (validate, resolve the waits against the semaphores' scheduled
- * signals, then issue at once in place, or copy into one allocation and park) and the dispatch
- * thread, which issues parked submissions as their semaphores get scheduled and runs host calls. */
+ * signals, then issue at once in place, or copy into one allocation and park), the release of
+ * parked submissions (by a host signal's thread when free, else the dispatch thread) and the
+ * dispatch thread, which also runs host calls. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,7 +72,7 @@ static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev*
 
 /* Issues a on its stream after device waits on evs (references it drops), then schedules its
  * signals; the action is done with. */
-static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
+static void issue(dv_action* a, dv_pev** evs, unsigned nev) {
   devrt_runtime* rt = a->rt;
   devrt_stream id = a->stream;
   dv_stream* s = NULL;
@@ -101,7 +102,7 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev, bool dispatcher) {
     if (st == DEVRT_ERR_DEVICE_LOST) dv_device_lost(rt, msg); /* a sticky CUDA error */
     return;
   }
-  if (dispatcher)
+  if (a->was_parked)
     STAT(rt->q, dispatched);
   else
     STAT(rt->q, inline_);
@@ -141,9 +142,9 @@ static void push_ready(dv_action* a) {
 }
 
 /* Resolves every wait of a: parks it on the first semaphore not yet scheduled (completed, for a
- * host call), fails it if a wait failed, else issues it (host calls: on the dispatch thread).
+ * host call), fails it if a wait failed, else issues it (host calls: to the dispatch thread).
  * False when a borrowed action would park: the caller copies it to the heap and tries again. */
-static bool try_issue(dv_action* a, bool dispatcher) {
+static bool try_issue(dv_action* a) {
   devrt_runtime* rt = a->rt; /* once parked, a belongs to the semaphore */
   bool a_was_heap = a->heap;
   dv_pev* evs[DEVRT_QUEUE_MAX_WAITS];
@@ -161,15 +162,23 @@ static bool try_issue(dv_action* a, bool dispatcher) {
     }
   }
   if (a->kind != DEVRT_WORK_HOST_CALL)
-    issue(a, evs, nev, dispatcher);
-  else if (dispatcher)
-    run_host_call(a);
+    issue(a, evs, nev);
   else
     push_ready(a);
   return true;
 }
 
-/* ---- the dispatch thread ---- */
+/* ---- releasing parked work ---- */
+
+/* Issues what s's parked heaps release now (host calls go to the dispatch thread's ready list) and
+ * drops the reference that came with s->queued. Under q->issue. */
+static void release(devrt_semaphore* s) {
+  for (dv_action *x = dv_sem_release(s), *nx; x; x = nx) {
+    nx = x->next;
+    try_issue(x);
+  }
+  dv_sem_unref(s);
+}
 
 void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s) {
   dv_queue* q = rt->q;
@@ -178,6 +187,20 @@ void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s) {
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
 }
+
+/* The dispatch thread's wake-up stays off a host signal's critical path when no other thread is
+ * issuing released work; when one is, waiting for it could block, so the dispatcher takes over. */
+void dv_queue_kick_here(devrt_runtime* rt, devrt_semaphore* s) {
+  dv_queue* q = rt->q;
+  if (pthread_mutex_trylock(&q->issue) != 0) {
+    dv_queue_kick(rt, s);
+    return;
+  }
+  release(s);
+  pthread_mutex_unlock(&q->issue);
+}
+
+/* ---- the dispatch thread ---- */
 
 static void* dispatch_main(void* arg) {
   devrt_runtime* rt = arg;
@@ -189,11 +212,9 @@ static void* dispatch_main(void* arg) {
     if (s) {
       q->dirty = s->qnext;
       pthread_mutex_unlock(&q->mu);
-      for (dv_action *x = dv_sem_release(s), *nx; x; x = nx) {
-        nx = x->next;
-        try_issue(x, true);
-      }
-      dv_sem_unref(s);
+      pthread_mutex_lock(&q->issue);
+      release(s);
+      pthread_mutex_unlock(&q->issue);
       pthread_mutex_lock(&q->mu);
     } else if (a) {
       if (!(q->ready = a->next)) q->ready_tail = NULL;
@@ -356,7 +377,7 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
                    .launch = sub->launch,
                    .block = blk};
   borrow_work(&now, sub);
-  if (sub->kind != DEVRT_WORK_HOST_CALL && try_issue(&now, false)) return DEVRT_OK;
+  if (sub->kind != DEVRT_WORK_HOST_CALL && try_issue(&now)) return DEVRT_OK;
   dv_action* a = build(rt, sub, nargs, argbytes);
   if (!a) { /* accepted already: the failure goes to its signals */
     now.heap = false;
@@ -365,7 +386,7 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
     return DEVRT_OK;
   }
   if (blk) a->block = blk; /* the reservation made above */
-  try_issue(a, false);
+  try_issue(a);
   return DEVRT_OK;
 }
 
@@ -403,6 +424,7 @@ devrt_status dv_queue_init(devrt_runtime* rt) {
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
                    "devrt_runtime: out of host memory for the submission queue");
   }
+  pthread_mutex_init(&q->issue, NULL);
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   pthread_mutex_init(&q->cmu, NULL);
@@ -429,6 +451,7 @@ devrt_status dv_queue_fini(devrt_runtime* rt) {
         live);
   if (q->dispatcher_up) pthread_join(q->dispatcher, NULL);
   dv_completion_stop(rt);
+  pthread_mutex_destroy(&q->issue);
   pthread_mutex_destroy(&q->mu);
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->cmu);

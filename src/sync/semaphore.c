@@ -77,12 +77,30 @@ static dv_action* heap_pop(dv_heap* h) {
 
 /* ---- state changes (all under s->mu) ---- */
 
+/* A node's list: the one for waiters its value's scheduling has woken already, or not. */
+static dv_wlist* wlist(devrt_semaphore* s, const dv_wnode* n) {
+  return &s->waiters[n->sched_woken];
+}
+
+/* Links n after every node of a value <= its own, searching from the tail: waiters mostly wait
+ * for values at or above the newest, so this is O(1) in the common case. */
+static void link_node(devrt_semaphore* s, dv_wnode* n) {
+  dv_wlist* l = wlist(s, n);
+  DV_ASSERT(!n->linked);
+  n->prev = l->tail;
+  while (n->prev && n->prev->value > n->value) n->prev = n->prev->prev;
+  n->next = n->prev ? n->prev->next : l->head;
+  *(n->prev ? &n->prev->next : &l->head) = n;
+  *(n->next ? &n->next->prev : &l->tail) = n;
+  n->linked = true;
+  DV_ASSERT((!n->prev || n->prev->value <= n->value) && (!n->next || n->value < n->next->value));
+}
+
 static void unlink_node(devrt_semaphore* s, dv_wnode* n) {
-  if (n->prev)
-    n->prev->next = n->next;
-  else
-    s->waiters = n->next;
-  if (n->next) n->next->prev = n->prev;
+  dv_wlist* l = wlist(s, n);
+  DV_ASSERT(n->linked);
+  *(n->prev ? &n->prev->next : &l->head) = n->next;
+  *(n->next ? &n->next->prev : &l->tail) = n->prev;
   n->linked = false;
 }
 
@@ -94,10 +112,12 @@ static void fire(devrt_semaphore* s, dv_wnode* n) {
   pthread_mutex_unlock(&n->w->mu);
 }
 
-static void fire_upto(devrt_semaphore* s, uint64_t v) {
-  for (dv_wnode *n = s->waiters, *nx; n; n = nx) {
-    nx = n->next;
-    if (n->value <= v) fire(s, n);
+/* Fires the nodes of l waiting for v or less: a prefix, so it visits only the nodes it fires.
+ * sched: woken because v got scheduled, they go to waiters[1] if they block again. */
+static void fire_upto(devrt_semaphore* s, dv_wlist* l, uint64_t v, bool sched) {
+  for (dv_wnode* n; (n = l->head) && n->value <= v;) {
+    fire(s, n);
+    n->sched_woken |= sched;
   }
 }
 
@@ -133,8 +153,8 @@ dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) {
 
 uint64_t dv_sem_needed(devrt_semaphore* s) {
   uint64_t v = heap_min(&s->host);
-  for (dv_wnode* n = s->waiters; n; n = n->next)
-    if (n->value < v) v = n->value;
+  for (int i = 0; i < 2; i++)
+    if (s->waiters[i].head && s->waiters[i].head->value < v) v = s->waiters[i].head->value;
   return v;
 }
 
@@ -159,14 +179,14 @@ static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
   raise_sched(s, v);
   if (gpu) atomic_fetch_add_explicit(&s->rt->q->completions, 1, memory_order_relaxed);
   while (s->head && s->head->value <= v) drop_tp(s, s->head);
-  fire_upto(s, v);
+  for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], v, false);
   return release_check(s, gpu);
 }
 
 static bool kill(devrt_semaphore* s, int state) {
   atomic_store_explicit(&s->state, state, memory_order_release);
   while (s->head) drop_tp(s, s->head);
-  while (s->waiters) fire(s, s->waiters);
+  for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], UINT64_MAX, false);
   return release_check(s, false);
 }
 
@@ -227,11 +247,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     s->ntps++;
     raise_sched(s, v);
     kick = release_check(s, false);
-    for (dv_wnode *n = s->waiters, *nx; n;
-         n = nx) { /* their value is scheduled now: they spin again */
-      nx = n->next;
-      if (!n->sched_woken && n->value <= v) n->sched_woken = true, fire(s, n);
-    }
+    fire_upto(s, &s->waiters[0], v, true); /* their value is scheduled now: they spin again */
     if (v >= dv_sem_needed(s)) dv_watch(s);
     /* Signals nobody observed pile up: past 64, every 16th schedule probes the 32nd oldest, and
      * completing it prunes the 32 before it with their events. */
@@ -366,9 +382,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
     pthread_mutex_lock(&s[i]->mu);
     if (atomic_load_explicit(&s[i]->state, memory_order_relaxed) == SEM_LIVE &&
         atomic_load_explicit(&s[i]->value, memory_order_relaxed) < v[i]) {
-      nodes[i].prev = NULL, nodes[i].next = s[i]->waiters, nodes[i].linked = true;
-      if (s[i]->waiters) s[i]->waiters->prev = &nodes[i];
-      s[i]->waiters = &nodes[i];
+      link_node(s[i], &nodes[i]);
       if (dv_sem_find(s[i], v[i])) dv_watch(s[i]); /* else scheduling its signal will */
     }
     pthread_mutex_unlock(&s[i]->mu);
@@ -487,7 +501,10 @@ devrt_status devrt_semaphore_signal(devrt_semaphore* s, uint64_t v) {
   int state = atomic_load_explicit(&s->state, memory_order_relaxed);
   bool kick = state == SEM_LIVE && v > cur && advance(s, v, false);
   pthread_mutex_unlock(&s->mu);
-  if (kick) dv_queue_kick(s->rt, s);
+  if (kick) { /* released work issued here fails through its signals, not through this call */
+    dv_queue_kick_here(s->rt, s);
+    dv_error_clear();
+  }
   if (state != SEM_LIVE) return gone(s, "devrt_semaphore_signal");
   DV_ARG_CHECK(v > cur, "devrt_semaphore_signal",
                "value %" PRIu64 " is not above the current %" PRIu64 " of semaphore %p", v, cur,

@@ -1,7 +1,7 @@
 /* sync.h (internal): what timeline semaphores (semaphore.c), the submission queue with its dispatch
- * thread (queue.c) and the completion thread (completion.c) share. Lock order: the queue's mu, then
- * a semaphore's mu, then the completion thread's cmu, an event slot's mu (events.c) or a host
- * waiter's mu.
+ * thread (queue.c) and the completion thread (completion.c) share. Lock order: the queue's issue
+ * mutex, then the queue's mu, then a semaphore's mu, then the completion thread's cmu, an event
+ * slot's mu (events.c) or a host waiter's mu.
  *
  * Completion is observed lazily: a device signal's value is completed by whoever sees its event
  * done (a spinning host waiter, a query, the semaphore itself pruning old signals as new ones are
@@ -25,8 +25,8 @@ typedef struct dv_tp {
 } dv_tp;
 
 /* A thread blocked in a host wait (on its stack), with one node in each semaphore it waits on.
- * Nodes are fired and unlinked under the semaphore's mu, so once the waiter has unlinked its
- * nodes under those locks no other thread can touch them. */
+ * Nodes are linked, fired and unlinked under the semaphore's mu, so once the waiter has unlinked
+ * its nodes under those locks no other thread can touch them. */
 typedef struct dv_waiter {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -39,6 +39,10 @@ typedef struct dv_wnode {
   bool linked;
   bool sched_woken; /* woken once already because its value got scheduled */
 } dv_wnode;
+/* Blocked waiters' nodes, smallest value first (equal values in arrival order). */
+typedef struct dv_wlist {
+  dv_wnode *head, *tail;
+} dv_wlist;
 
 /* Submissions parked on one semaphore, smallest awaited value first (a binary heap). */
 typedef struct dv_park {
@@ -65,7 +69,9 @@ struct devrt_semaphore {
   char msg[DV_MSG];
   dv_tp *head, *tail; /* device signals scheduled and not yet known complete, by value */
   unsigned ntps;
-  dv_wnode* waiters;
+  /* Blocked host waiters by value (under mu): [0] not woken yet, [1] woken once by their value's
+   * scheduling (sched_woken): only completion wakes those. A signal visits only what it wakes. */
+  dv_wlist waiters[2];
   dv_heap dev;  /* parked device work: released once its value is scheduled */
   dv_heap host; /* parked host calls: released once its value has completed */
   bool queued;  /* on the dispatcher's list (set under mu, the list under the queue's mu) */
@@ -95,6 +101,11 @@ struct dv_action {
 };
 
 typedef struct dv_queue {
+  /* Serializes issuing released (once parked) submissions: held across dv_sem_release and the
+   * issue of what it returned, so one semaphore's releases are issued in the order released. The
+   * one mutex held across driver calls and allocations. The dispatch thread takes it; a host
+   * signal only try-locks it (else it hands the semaphore to the dispatch thread). */
+  pthread_mutex_t issue;
   pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
   pthread_cond_t cv;
   devrt_semaphore* dirty;        /* semaphores whose parked submissions may be released */
@@ -153,6 +164,9 @@ devrt_status dv_queue_init(devrt_runtime* rt);
 devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Puts s (queued set by the caller, with a reference for the list) on the dispatcher's list. */
 void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s);
+/* As dv_queue_kick, for a host signal: issues what s releases on this thread if no other thread
+ * is issuing released work (the issue mutex is free), else kicks. */
+void dv_queue_kick_here(devrt_runtime* rt, devrt_semaphore* s);
 void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s);
 void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s);
 /* Fails every signal of a with the root cause, then frees it (if on the heap). */

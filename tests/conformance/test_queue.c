@@ -1,7 +1,7 @@
 /* test_queue.c: the submission queue (queue.h) over timeline semaphores: IREE's CTS submission
  * cases, device/host chains in every direction (12 launches and 32768 barriers, reverse order),
- * failure propagation, queued alloc/free, host calls, device loss, refusals, both completion modes.
- */
+ * failure propagation, queued alloc/free, host calls, device loss, refusals, both completion modes,
+ * and a host signal issuing what it releases on its own thread. */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -407,6 +407,28 @@ static void reverse_chain(const ctx* c) {
   DROP(s);
 }
 
+/* A host signal issues the device work it releases on its own thread: once it returns, the
+ * released barrier's signal is scheduled, so a submission waiting for that is issued at once, and
+ * the dispatch thread never wakes. On a fresh runtime no other thread is issuing released work,
+ * so the signal's try-lock succeeds. */
+static void signal_issues_here(void) {
+  ctx c;
+  ctx_open(&c, NULL);
+  devrt_semaphore *h = sem(&c, 0), *y = sem(&c, 0), *z = sem(&c, 0);
+  devrt_queue_stats st0 = qstats(&c), st;
+  CHECK_OK(barrier(&c, c.q[0], L({h, 1}), L({y, 1})));
+  CHECK_OK(devrt_semaphore_signal(h, 1));
+  st = qstats(&c);
+  CHECK(st.parked - st0.parked == 1 && st.issued_by_dispatch - st0.issued_by_dispatch == 1);
+  CHECK_OK(barrier(&c, c.q[1], L({y, 1}), L({z, 1})));
+  st = qstats(&c);
+  CHECK(st.issued_inline - st0.issued_inline == 1 && st.parked - st0.parked == 1);
+  reached(z, 1);
+  CHECK(qstats(&c).dispatch_wakeups == st0.dispatch_wakeups); /* nothing went through it */
+  DROP(h, y, z);
+  ctx_close(&c);
+}
+
 /* device -> device: the waiter's wait is already scheduled, so it is issued at once and ordered
  * on the GPU behind a signaller that is still running. */
 static void chain_dd(const ctx* c) {
@@ -545,6 +567,7 @@ static void failure_in_chain(const ctx* c) {
   CHECK_OK(q_kern(c, c->q[0], L({d1, 1}), L({d2, 1}), z, 0, 0x0d, 0, true));
   CHECK_OK(devrt_block_free(c->r, y));
   CHECK_OK(devrt_semaphore_signal(gate, 1));
+  CHECK(devrt_last_error()[0] == 0); /* the failure goes to the released work's signals */
   expect_failed(d2, 1, DEVRT_ERR_STALE_BLOCK, NULL);
   expect_failed(mid, 1, DEVRT_ERR_STALE_BLOCK, NULL);
   expect_failed(d1, 1, DEVRT_ERR_STALE_BLOCK, NULL);
@@ -799,6 +822,7 @@ int main(void) {
     ctx_close(&o);
   }
 
+  signal_issues_here();
   ctx c;
   ctx_open(&c, NULL);
   barrier_chain(&c, false);

@@ -1,7 +1,7 @@
 /* test_semaphores.c: timeline semaphores (semaphore.h) from the host: value limits,
  * signal/query/wait rules and timeouts, waits before signals across threads, multi-waits (ALL/ANY),
  * failure and its root cause, destroy under waiters, racing signallers, bad input, runtime
- * teardown, spinning vs blocking. */
+ * teardown, spinning vs blocking, waiters blocked in any value order. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include "test.h"
@@ -296,6 +296,32 @@ static void many_waiters(void) {
   CHECK(atomic_load(&g_finished) == WAITERS);
   CHECK_OK(devrt_semaphore_signal(s, 7));
   for (int i = WAITERS; i < WAITERS + LATER; i++) FINISH(&w[i], DEVRT_OK, NULL);
+  CHECK_OK(devrt_semaphore_destroy(s));
+}
+
+/* Waiters block in shuffled order, two per value; each signal of the next value wakes exactly
+ * its two (a waiter the value-ordered list skipped would hang here). */
+static void waiters_in_any_order(void) {
+  enum { VALUES = 40 };
+  devrt_semaphore* s = mk(rt, 0);
+  job w[2 * VALUES];
+  uint64_t order[2 * VALUES];
+  for (unsigned i = 0; i < 2 * VALUES; i++) order[i] = 1 + i / 2;
+  for (unsigned i = 2 * VALUES - 1, r = 12345; i > 0; i--) { /* Fisher-Yates, fixed LCG */
+    r = r * 1103515245u + 12345u;
+    unsigned k = (r >> 8) % (i + 1);
+    uint64_t t = order[i];
+    order[i] = order[k], order[k] = t;
+  }
+  reset_counts();
+  for (unsigned i = 0; i < 2 * VALUES; i++) wait_on(&w[i], s, order[i], INF);
+  blocked(2 * VALUES);
+  for (uint64_t v = 1; v <= VALUES; v++) {
+    CHECK_OK(devrt_semaphore_signal(s, v));
+    for (unsigned i = 0; i < 2 * VALUES; i++)
+      if (order[i] == v) FINISH(&w[i], DEVRT_OK, NULL);
+    CHECK(atomic_load(&g_finished) == (int)(2 * v));
+  }
   CHECK_OK(devrt_semaphore_destroy(s));
 }
 
@@ -645,6 +671,7 @@ int main(void) {
   ping_pong(rt);
   timeout_then_signal();
   many_waiters();
+  waiters_in_any_order();
   multi_wait();
   all_staggered();
   failure();
