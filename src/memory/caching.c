@@ -1,8 +1,11 @@
 /* caching.c: per-stream, size-classed free lists in front of an upstream resource. A freed block
  * is reused at once on its own stream; another stream takes it only after the free's point has
  * completed (tracked lazily by per-slot epochs closed with events) or, if allowed, by waiting on
- * it. */
+ * it. A miss finds other streams' blocks of its class through a per-class index of slots. No
+ * spin-lock section calls the driver, allocates or frees: fence work runs under a slot's mutex,
+ * and the record table grows outside its lock. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../core/runtime.h"
@@ -13,16 +16,14 @@
 #define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
-enum {
-  SHARD_BITS = 10,
-  NSHARD = 1 << SHARD_BITS
-}; /* record-table shards: 16 threads rarely meet */
+enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards */
+enum { NWORD = DV_SID_SLOTS / 64 };                       /* index words per class */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
 typedef struct blk {
   void* ptr;
-  struct blk *hnext, *prev, *next; /* hash chain; free list (prev: towards the head) */
+  struct blk *hnext, *prev, *next; /* hash chain (its shard's mu); free list (its slot's mu) */
   uint64_t cls, rsize, epoch;      /* class size (upstream's size), accounted bytes, free epoch */
   const char* tag;                 /* the allocation's, and its thread's shard: for dv_last_freed */
   unsigned shard;                  /* (both written before `state` turns LIVE, with release) */
@@ -36,25 +37,36 @@ typedef struct fence {
   uint64_t epoch;
   struct fence* next;
 } fence;
-typedef struct lists {
-  blk *head[NCLS], *tail[NCLS];
-} lists;
 
-/* Per stream slot; every field but the counters is guarded by mu. mu is a spin lock, but a
- * cross-stream move (can_move), a trim and a slot's teardown still query, record and wait on the
- * slot's fences under it: those paths are off the own-stream hot path and wait to move out. */
+/* Per stream slot. mu, a spin lock, guards the lists and bs and is held only to move pointers;
+ * fmu, a mutex taken before mu (never under it), guards the fences and every driver call on
+ * them. A free pushes in the open epoch; closing it advances `open` under mu first, then records
+ * the fence, so the fence follows every free of its epoch. */
 typedef struct slot {
   _Alignas(DV_LINE) dv_spin mu;
-  lists* l;                     /* allocated on the first free on this slot */
-  _Atomic uint64_t nonempty[2]; /* class bitmap; written under mu, read without it */
-  dv_stream* bs;                /* the slot's backend stream (set on the first free) */
-  uint64_t open, done;          /* open epoch; every epoch <= done has completed */
-  fence *fq, *fq_tail, *ffree;  /* recorded fences oldest first; spare fences (with events) */
-  _Atomic uint64_t hits, misses, waits;
+  _Atomic uint64_t nonempty[2]; /* class bitmap of the lists; written under mu, read without it */
+  dv_stream* bs;                /* mu: the slot's backend stream (set on each free; NULL: forgot) */
+  uint64_t open;                /* mu, written with fmu held too: the epoch frees go into */
+  _Atomic uint64_t done;        /* written under fmu: every epoch <= done has completed */
+  _Atomic uint64_t hits;        /* a plain add under mu: blocks taken from this slot */
+  _Atomic uint64_t misses;      /* atomic adds: misses of this slot's stream */
+  pthread_mutex_t fmu;
+  fence *fq, *fq_tail, *ffree;  /* fmu: recorded fences oldest first; spare ones (with events) */
+  blk *head[NCLS], *tail[NCLS]; /* mu: free lists per class, newest at the head */
 } slot;
 
+/* Per class, the slots that may hold blocks of it: a bit per slot and a summary bit per word, so a
+ * miss visits only those, and reads one word when there are none. A slot's bit is set when its
+ * list turns non-empty and cleared only once it is seen empty, both under the slot's mu, so a
+ * non-empty list always has its bit, and the hot path (pop, push: empty, non-empty) writes
+ * nothing here. A word's summary bit is cleared when the word turns zero and set again by
+ * whichever of that clear and a racing set comes second (sequentially consistent). */
+typedef struct cindex {
+  _Alignas(DV_LINE) _Atomic uint64_t sum, w[NWORD];
+} cindex;
+
 typedef struct shard {
-  _Alignas(DV_LINE) dv_spin mu;
+  _Alignas(DV_LINE) dv_spin mu; /* guards b, nb, n and the chains */
   blk** b;
   size_t nb, n;
 } shard;
@@ -62,11 +74,12 @@ typedef struct shard {
 typedef struct cache {
   devrt_resource base;
   devrt_caching_options o;
-  dv_mem_account own; /* used only when upstream has no account */
-  slot* slots;
-  unsigned nslots;
+  dv_mem_account own;    /* used only when upstream has no account */
+  slot* slots;           /* o, slots and nslots: set at creation */
+  unsigned nslots;       /* the runtime's slots: pool, its own, partitions' */
   _Atomic uint64_t held; /* cached bytes of this layer (for max_cached_bytes) */
   dv_slot_user user;     /* on the list of layers told when a slot's stream goes away */
+  cindex ix[NCLS];
   shard sh[NSHARD];
 } cache;
 
@@ -119,30 +132,34 @@ static blk** hash_find(shard* s, uint64_t h, const void* p) { /* s->mu held */
 static devrt_status hash_insert(cache* c, blk* b) {
   uint64_t h = hash_of(b->ptr);
   shard* s = shard_of(c, h);
+  blk **nt = NULL, **ot = NULL;
+  size_t nb = 0;
   dv_spin_lock(&s->mu);
-  if (s->n >= s->nb) { /* grow (misses only: upstream was just called anyway) */
-    size_t nb = s->nb ? s->nb * 2 : 64;
-    blk** nt = dv_zalloc_lines(nb * sizeof *nt);
-    if (!nt) {
-      dv_spin_unlock(&s->mu);
+  while (s->n >= s->nb) {   /* grow (misses only: upstream was just called anyway) */
+    if (nt && nb > s->nb) { /* allocated outside the lock, and no one grew it meanwhile */
+      ot = s->b;
+      for (size_t i = 0; i < s->nb; i++)
+        for (blk *x = ot[i], *nx; x; x = nx) {
+          nx = x->hnext;
+          blk** at = &nt[(hash_of(x->ptr) >> 24) & (nb - 1)];
+          x->hnext = *at, *at = x;
+        }
+      s->b = nt, s->nb = nb, nt = NULL;
+      break;
+    }
+    nb = s->nb ? s->nb * 2 : 64;
+    dv_spin_unlock(&s->mu);
+    free(nt);
+    if (!(nt = dv_zalloc_lines(nb * sizeof *nt)))
       return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
                      "caching allocate: out of host memory for the block table");
-    }
-    blk** ot = s->b;
-    size_t onb = s->nb;
-    s->b = nt, s->nb = nb;
-    for (size_t i = 0; i < onb; i++)
-      for (blk *x = ot[i], *nx; x; x = nx) {
-        nx = x->hnext;
-        blk** at = bucket(s, hash_of(x->ptr));
-        x->hnext = *at, *at = x;
-      }
-    free(ot);
+    dv_spin_lock(&s->mu);
   }
   blk** at = bucket(s, h);
   b->hnext = *at, *at = b;
   s->n++;
   dv_spin_unlock(&s->mu);
+  free(nt), free(ot);
   return DEVRT_OK;
 }
 
@@ -155,7 +172,27 @@ static void hash_remove(cache* c, blk* b) {
   dv_spin_unlock(&s->mu);
 }
 
-/* ---- free lists and epochs (slot mutex held) ---- */
+/* ---- the class index ---- */
+
+static void index_set(cache* c, unsigned ci, unsigned i) { /* slot i's mu held */
+  DV_ASSERT(ci < NCLS && i < c->nslots);
+  cindex* x = &c->ix[ci];
+  uint64_t m = 1ull << (i & 63), sm = 1ull << (i >> 6);
+  if (atomic_load_explicit(&x->w[i >> 6], memory_order_relaxed) & m) return; /* ours: stable */
+  atomic_fetch_or(&x->w[i >> 6], m);
+  if (!(atomic_load(&x->sum) & sm)) atomic_fetch_or(&x->sum, sm);
+}
+
+static void index_clear(cache* c, unsigned ci, unsigned i) { /* slot i's mu held, its list empty */
+  cindex* x = &c->ix[ci];
+  uint64_t m = 1ull << (i & 63), sm = 1ull << (i >> 6);
+  if (!(atomic_load_explicit(&x->w[i >> 6], memory_order_relaxed) & m)) return;
+  if (atomic_fetch_and(&x->w[i >> 6], ~m) != m) return; /* the word has other slots */
+  atomic_fetch_and(&x->sum, ~sm);
+  if (atomic_load(&x->w[i >> 6])) atomic_fetch_or(&x->sum, sm); /* a set came in between */
+}
+
+/* ---- free lists (slot mu held) ---- */
 
 static inline void bit_set(slot* t, unsigned ci, bool on) {
   _Atomic uint64_t* w = &t->nonempty[ci >> 6];
@@ -165,39 +202,48 @@ static inline void bit_set(slot* t, unsigned ci, bool on) {
 static inline bool bit_get(slot* t, unsigned ci) {
   return atomic_load_explicit(&t->nonempty[ci >> 6], memory_order_relaxed) >> (ci & 63) & 1;
 }
+static inline void count(_Atomic uint64_t* x) { /* under the lock that guards x: no locked add */
+  atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + 1, memory_order_relaxed);
+}
 
-static inline void push_head(slot* t, blk* b) {
-  blk** head = &t->l->head[b->cidx];
-  b->epoch = t->open, b->prev = NULL, b->next = *head;
-  if (*head)
-    (*head)->prev = b;
+static inline void push_head(cache* c, slot* t, blk* b) {
+  unsigned ci = b->cidx;
+  b->epoch = t->open, b->prev = NULL, b->next = t->head[ci];
+  if (t->head[ci])
+    t->head[ci]->prev = b;
   else
-    t->l->tail[b->cidx] = b, bit_set(t, b->cidx, true);
-  *head = b;
+    t->tail[ci] = b, bit_set(t, ci, true), index_set(c, ci, (unsigned)(t - c->slots));
+  t->head[ci] = b;
 }
 
 static inline blk* pop_head(slot* t, unsigned ci) {
-  blk* b = t->l->head[ci];
-  if ((t->l->head[ci] = b->next))
+  blk* b = t->head[ci];
+  if ((t->head[ci] = b->next))
     b->next->prev = NULL;
   else
-    t->l->tail[ci] = NULL, bit_set(t, ci, false);
+    t->tail[ci] = NULL, bit_set(t, ci, false);
   return b;
 }
 
 static inline blk* pop_tail(slot* t, unsigned ci) {
-  blk* b = t->l->tail[ci];
-  if ((t->l->tail[ci] = b->prev))
+  blk* b = t->tail[ci];
+  DV_ASSERT(b->cidx == ci && !b->next);
+  if ((t->tail[ci] = b->prev))
     b->prev->next = NULL;
   else
-    t->l->head[ci] = NULL, bit_set(t, ci, false);
+    t->head[ci] = NULL, bit_set(t, ci, false);
   return b;
 }
 
-/* Records an event on the slot's stream closing the open epoch. */
+/* ---- epochs and fences (slot fmu held) ---- */
+
+/* Closes t's open epoch with a fence recorded on its stream: `open` advances under mu, then the
+ * record follows every free of the epoch. *out stays NULL without a stream (forgotten: every
+ * epoch so far is done). */
 static devrt_status close_epoch(cache* c, slot* t, fence** out) {
   const dv_backend* be = c->base.rt->be;
   fence* f = t->ffree;
+  *out = NULL;
   if (f) {
     t->ffree = f->next;
   } else {
@@ -209,12 +255,17 @@ static devrt_status close_epoch(cache* c, slot* t, fence** out) {
       return st;
     }
   }
-  devrt_status st = be->event_record(f->ev, t->bs);
-  if (st != DEVRT_OK) {
+  dv_spin_lock(&t->mu);
+  dv_stream* bs = t->bs;
+  f->epoch = bs ? t->open++ : 0;
+  dv_spin_unlock(&t->mu);
+  devrt_status st = bs ? be->event_record(f->ev, bs) : DEVRT_OK;
+  if (st != DEVRT_OK || !bs) { /* an epoch closed without a fence: a later one covers it */
     f->next = t->ffree, t->ffree = f;
     return st;
   }
-  f->epoch = t->open++, f->next = NULL;
+  DV_ASSERT(!t->fq_tail || t->fq_tail->epoch < f->epoch);
+  f->next = NULL;
   if (t->fq_tail)
     t->fq_tail->next = f;
   else
@@ -230,27 +281,66 @@ static void poll_fences(cache* c, slot* t) {
     bool done = false;
     if (c->base.rt->be->event_query(t->fq->ev, &done) != DEVRT_OK || !done) return;
     fence* f = t->fq;
-    t->done = f->epoch;
+    if (f->epoch > atomic_load_explicit(&t->done, memory_order_relaxed)) /* forget may be ahead */
+      atomic_store_explicit(&t->done, f->epoch, memory_order_release);
     if (!(t->fq = f->next)) t->fq_tail = NULL;
     f->next = t->ffree, t->ffree = f;
   }
 }
 
-/* May block b (the oldest of its class on t) move to a stream whose backend stream is bs? */
-static bool can_move(cache* c, slot* t, blk* b, dv_stream* bs, slot* counter) {
-  if (b->epoch <= t->done) return true;
+/* Lets stream bs take t's blocks of epoch e: true once e has completed or, with
+ * cross_stream_wait, once bs waits for a fence past it; *upto: the epoch up to which bs may take.
+ */
+static bool settle(cache* c, slot* t, uint64_t e, dv_stream* bs, uint64_t* upto) {
   poll_fences(c, t);
-  fence* f = NULL;
-  if (b->epoch > t->done && b->epoch == t->open) {
-    if (close_epoch(c, t, &f) != DEVRT_OK) return false;
+  fence* f = t->fq;
+  while (f && f->epoch < e) f = f->next;
+  if (!f && e > atomic_load_explicit(&t->done, memory_order_relaxed) &&
+      close_epoch(c, t, &f) == DEVRT_OK)
     poll_fences(c, t);
-  }
-  if (b->epoch <= t->done) return true;
-  if (!c->o.cross_stream_wait) return false;
-  for (f = t->fq; f && f->epoch < b->epoch; f = f->next) {}
-  if (!f || c->base.rt->be->stream_wait(bs, f->ev) != DEVRT_OK) return false;
-  atomic_fetch_add_explicit(&counter->waits, 1, memory_order_relaxed);
+  if (e <= (*upto = atomic_load_explicit(&t->done, memory_order_relaxed))) return true;
+  if (!c->o.cross_stream_wait || !f || c->base.rt->be->stream_wait(bs, f->ev) != DEVRT_OK)
+    return false;
+  *upto = f->epoch; /* f is still queued: it has not completed */
   return true;
+}
+
+/* ---- taking another stream's block on a miss ---- */
+
+/* Slot i's oldest block of class ci, if stream bs may take it: the epoch test under mu, and only
+ * when the free is not yet known complete, the fence work under fmu alone, then the test again. */
+static blk* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
+  slot* t = &c->slots[i];
+  uint64_t upto = atomic_load_explicit(&t->done, memory_order_acquire);
+  for (bool settled = false;; settled = true) {
+    blk* b = NULL;
+    uint64_t e = 0;
+    dv_spin_lock(&t->mu);
+    if (!t->tail[ci])
+      index_clear(c, ci, i); /* a stale bit */
+    else if ((e = t->tail[ci]->epoch) <= upto)
+      b = pop_tail(t, ci), count(&t->hits);
+    dv_spin_unlock(&t->mu);
+    if (b || !e || settled) return b;
+    pthread_mutex_lock(&t->fmu);
+    bool ok = settle(c, t, e, bs, &upto);
+    pthread_mutex_unlock(&t->fmu);
+    if (!ok) return NULL;
+  }
+}
+
+/* A miss on slot si: through the class index, so it costs O(slots that hold some). */
+static blk* take_other(cache* c, unsigned si, unsigned ci, dv_stream* bs) {
+  cindex* x = &c->ix[ci];
+  for (uint64_t sum = atomic_load_explicit(&x->sum, memory_order_relaxed); sum; sum &= sum - 1) {
+    unsigned j = (unsigned)__builtin_ctzll(sum);
+    for (uint64_t w = atomic_load_explicit(&x->w[j], memory_order_relaxed); w; w &= w - 1) {
+      unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
+      blk* b = i == si ? NULL : take_from(c, i, ci, bs);
+      if (b) return b;
+    }
+  }
+  return NULL;
 }
 
 /* ---- the vtable ---- */
@@ -268,21 +358,10 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   if (ci != BIG) {
     if (bit_get(s, ci)) { /* hot path: this stream's own list, ordered */
       dv_spin_lock(&s->mu);
-      if (s->l && s->l->head[ci]) { /* counted under the lock: a plain add, no locked instruction */
-        b = pop_head(s, ci);
-        atomic_store_explicit(&s->hits, atomic_load_explicit(&s->hits, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-      }
+      if (s->head[ci]) b = pop_head(s, ci), count(&s->hits);
       dv_spin_unlock(&s->mu);
     }
-    for (unsigned k = 1; !b && k < c->nslots; k++) { /* another stream's oldest block */
-      slot* t = &c->slots[(si + k) % c->nslots];
-      if (!bit_get(t, ci)) continue;
-      dv_spin_lock(&t->mu);
-      if (t->l && t->l->tail[ci] && can_move(c, t, t->l->tail[ci], bs, s)) b = pop_tail(t, ci);
-      dv_spin_unlock(&t->mu);
-      if (b) atomic_fetch_add_explicit(&s->hits, 1, memory_order_relaxed);
-    }
+    if (!b) b = take_other(c, si, ci, bs);
     if (b) {
       b->tag = tag, b->shard = dv_shard();
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
@@ -364,22 +443,14 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
     *at = b->hnext, sh->n--; /* out of the table before upstream can hand ptr out again */
   dv_spin_unlock(&sh->mu);
 
-  slot* s = &c->slots[DV_SID_SLOT(stream)];
   if (keep) {
+    slot* s = &c->slots[DV_SID_SLOT(stream)];
     dv_account_add(self->account, DV_CACHED, b->rsize); /* before it is visible */
     dv_spin_lock(&s->mu);
-    if (!s->l && !(s->l = dv_zalloc_lines(sizeof *s->l)))
-      keep = false;
-    else
-      s->bs = bs, push_head(s, b);
+    s->bs = bs, push_head(c, s, b);
     dv_spin_unlock(&s->mu);
-    if (keep) {
-      dv_last_freed = freed;
-      return DEVRT_OK;
-    }
-    dv_account_sub(self->account, DV_CACHED, b->rsize); /* no lists: pass it on */
-    if (c->o.max_cached_bytes) atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-    hash_remove(c, b);
+    dv_last_freed = freed;
+    return DEVRT_OK;
   }
   st = UP_DEALLOCATE(self, ptr, (size_t)b->cls, stream);
   if (st != DEVRT_OK) { /* upstream kept it: still live here */
@@ -394,70 +465,80 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
 }
 
 /* Gives every cached block back to upstream on the runtime's own stream, ordered after each
- * block's free on its stream (that stream's lease may have ended long ago). */
+ * block's free on its stream (that stream's lease may have ended long ago). Visits the slots the
+ * index names. */
 static devrt_status release_all(cache* c, uint64_t* bytes) {
   devrt_resource* self = &c->base;
   devrt_runtime* rt = self->rt;
   *bytes = 0;
-  bool any = false;
-  for (unsigned i = 0; i < c->nslots && !any; i++)
-    any = atomic_load_explicit(&c->slots[i].nonempty[0], memory_order_relaxed) |
-          atomic_load_explicit(&c->slots[i].nonempty[1], memory_order_relaxed);
+  uint64_t u[NWORD] = {0}, any = 0;
+  for (unsigned ci = 0; ci < NCLS; ci++)
+    for (uint64_t sum = atomic_load(&c->ix[ci].sum); sum; sum &= sum - 1) {
+      unsigned j = (unsigned)__builtin_ctzll(sum);
+      any |= u[j] |= atomic_load(&c->ix[ci].w[j]);
+    }
   if (!any) return DEVRT_OK;
   devrt_stream tid = 0;
   dv_stream* tbs = NULL;
   DV_CHECK(dv_internal_stream(rt, &tid));
   devrt_status first = dv_stream_get(rt, tid, &tbs, "caching trim");
-  for (unsigned i = 0; i < c->nslots && first == DEVRT_OK; i++) {
-    slot* t = &c->slots[i];
-    blk* chain = NULL;
-    dv_spin_lock(&t->mu);
-    for (unsigned ci = 0; t->l && ci < NCLS; ci++)
-      while (t->l->head[ci]) {
-        blk* b = pop_head(t, ci);
-        b->next = chain, chain = b;
+  for (unsigned j = 0; j < NWORD; j++)
+    for (uint64_t w = u[j]; w && first == DEVRT_OK; w &= w - 1) {
+      unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
+      slot* t = &c->slots[i];
+      blk* chain = NULL;
+      uint64_t newest = 0;
+      pthread_mutex_lock(&t->fmu);
+      dv_spin_lock(&t->mu);
+      for (unsigned ci = 0; ci < NCLS; ci++) {
+        while (t->head[ci]) {
+          blk* b = pop_head(t, ci);
+          newest = b->epoch > newest ? b->epoch : newest;
+          b->next = chain, chain = b;
+        }
+        index_clear(c, ci, i);
       }
-    fence* f = NULL;
-    devrt_status st = DEVRT_OK;
-    if (chain && i != DV_SID_SLOT(tid) && t->bs && (st = close_epoch(c, t, &f)) == DEVRT_OK)
-      st = rt->be->stream_wait(tbs, f->ev);
-    if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
+      dv_spin_unlock(&t->mu);
+      fence* f = NULL;
+      devrt_status st = DEVRT_OK;
+      if (i != DV_SID_SLOT(tid) && newest > atomic_load_explicit(&t->done, memory_order_relaxed) &&
+          (st = close_epoch(c, t, &f)) == DEVRT_OK && f)
+        st = rt->be->stream_wait(tbs, f->ev);
+      pthread_mutex_unlock(&t->fmu);
+      if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
+        dv_spin_lock(&t->mu);
+        for (blk* b; (b = chain);) chain = b->next, push_head(c, t, b);
+        dv_spin_unlock(&t->mu);
+        first = st;
+      }
       while (chain) {
         blk* b = chain;
         chain = b->next;
-        push_head(t, b);
+        if (c->o.max_cached_bytes)
+          atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
+        /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
+         * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
+        hash_remove(c, b);
+        st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
+        if (st == DEVRT_OK) {
+          own_release(c, b->rsize);
+          dv_account_sub(self->account, DV_CACHED, b->rsize);
+          *bytes += b->rsize;
+          free(b);
+          continue;
+        }
+        if (first == DEVRT_OK) first = st;
+        if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
+          free(b);
+          continue;
+        }
+        if (c->o.max_cached_bytes)
+          atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
+        dv_spin_lock(&t->mu);
+        push_head(c, t, b);
+        dv_spin_unlock(&t->mu);
       }
-      first = st;
     }
-    dv_spin_unlock(&t->mu);
-    while (chain) {
-      blk* b = chain;
-      chain = b->next;
-      if (c->o.max_cached_bytes)
-        atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-      /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
-       * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
-      hash_remove(c, b);
-      st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
-      if (st == DEVRT_OK) {
-        own_release(c, b->rsize);
-        dv_account_sub(self->account, DV_CACHED, b->rsize);
-        *bytes += b->rsize;
-        free(b);
-        continue;
-      }
-      if (first == DEVRT_OK) first = st;
-      if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
-        free(b);
-        continue;
-      }
-      if (c->o.max_cached_bytes)
-        atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
-      dv_spin_lock(&t->mu);
-      push_head(t, b);
-      dv_spin_unlock(&t->mu);
-    }
-  }
   return first;
 }
 
@@ -497,7 +578,7 @@ static void caching_destroy(devrt_resource* self) {
         if (dv_rt_ok(rt)) rt->be->event_destroy(rt->dev, f->ev);
         free(f);
       }
-    free(t->l);
+    pthread_mutex_destroy(&t->fmu);
   }
   for (unsigned i = 0; i < NSHARD; i++) {
     shard* s = &c->sh[i];
@@ -543,7 +624,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
     dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
   c->slots = sl, c->nslots = rt->nslots;
-  for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1;
+  for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1, pthread_mutex_init(&sl[i].fmu, NULL);
   dv_slot_user_add(&c->user, &c->base);
   *out = &c->base;
   return DEVRT_OK;
@@ -552,9 +633,10 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
 void dv_caching_forget_slot(devrt_resource* r, unsigned i) {
   if (!dv_caching_is(r)) return;
   slot* t = &((cache*)r)->slots[i];
+  pthread_mutex_lock(&t->fmu); /* no record on the old stream is in flight past this */
   dv_spin_lock(&t->mu);
-  poll_fences((cache*)r, t);
-  t->done = t->open++; /* every block freed on the slot's stream so far is free to move */
-  t->bs = NULL;        /* until a free on the slot's next stream */
+  atomic_store_explicit(&t->done, t->open++, memory_order_release); /* all frees so far: done */
+  t->bs = NULL; /* until a free on the slot's next stream */
   dv_spin_unlock(&t->mu);
+  pthread_mutex_unlock(&t->fmu);
 }

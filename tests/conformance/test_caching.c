@@ -1,6 +1,7 @@
 /* test_caching.c: the caching layer over a counting fake upstream (host memory) and over the async
  * leaf: hot same-stream reuse, cross-stream refusal before a free completes and the inserted wait
- * when allowed, exact account figures, trim, the cache bound, refused input, and threads + trim. */
+ * when allowed, a fence that fails to record (refusal, trim kept), exact account figures, trim,
+ * the cache bound, refused input, and threads + trim (more in stress/test_caching_stress.c). */
 #include <pthread.h>
 #include "memory/account.h"
 #include "test.h"
@@ -307,6 +308,28 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
     x = fig(c);
     CHECK(x.cache_hits == 1 && x.live_bytes == base.live_bytes + R && x.cached_bytes == 0);
     CHECK_OK(devrt_resource_deallocate(c, q, KB64, b));
+    CHECK_OK(devrt_resource_release(c));
+
+    /* A fence that cannot be recorded: the other stream is refused, and the next fence covers
+     * the epoch closed without one; a trim that cannot order a stream's frees keeps them cached,
+     * and the next trim gives them back. */
+    c = make_cache(up, false, 0);
+    REQUIRE_OK(devrt_resource_allocate(c, KB64, a, "t", &p));
+    CHECK_OK(devrt_resource_deallocate(c, p, KB64, a));
+    rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
+    REQUIRE_OK(devrt_resource_allocate(c, KB64, b, "t", &q));
+    CHECK(q != p);
+    CHECK_OK(devrt_stream_synchronize(rt, a));
+    REQUIRE_OK(devrt_resource_allocate(c, KB64, b, "t", &r));
+    CHECK(r == p);
+    CHECK_OK(devrt_resource_deallocate(c, q, KB64, b));
+    rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
+    CHECK_STATUS(devrt_resource_trim(c, &released), DEVRT_ERR_BACKEND_ERROR);
+    x = fig(c);
+    CHECK(x.cached_bytes == R && x.live_bytes == base.live_bytes + R);
+    CHECK_OK(devrt_resource_trim(c, &released));
+    CHECK(released == R && fig(c).cached_bytes == 0);
+    CHECK_OK(devrt_resource_deallocate(c, r, KB64, b));
     CHECK_OK(devrt_resource_release(c));
   }
 
