@@ -88,6 +88,7 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
     devrt_status st = rt->be->event_record(p->ev, rt->slots[p->slot].s);
     atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY,
                           memory_order_release);
+    if (st == DEVRT_OK) dv_slotset_add(&rt->polls, p->slot); /* after the state: see the poll */
     if (st == DEVRT_OK && late)
       ++*late;
     else if (st == DEVRT_OK)
@@ -138,6 +139,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   }
   dv_spin_unlock(&es->mu);
   if (st != DEVRT_OK) return st;
+  dv_slotset_add(&rt->polls, slot); /* after the mark is published: see the poll */
   if (old) dv_pev_unref(rt, old);
   *out = p;
   return DEVRT_OK;
@@ -199,24 +201,30 @@ DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
   return settled(atomic_load_explicit(&p->rec, memory_order_acquire)) && dv_pev_passed(rt, p);
 }
 
+/* Visits only the slots in rt->polls: a slot is added there after its newest mark becomes
+ * RECORDED (dv_pev_record, dv_pev_realize) and stays while that mark runs. Taking it first, then
+ * reading the mark, misses no record: a record's add after the take leaves the slot for the next
+ * poll; one before it is seen by the take (an RMW of the same word), and so is the record. A lazy
+ * newest mark is left out until it is recorded; a settled-complete one has nothing to tell. */
 void dv_events_poll(devrt_runtime* rt) {
-  for (unsigned i = 0; i < rt->nslots; i++) {
+  DV_SLOTSET_FOR(i, &rt->polls) {
+    DV_ASSERT(i < rt->nslots);
+    if (!dv_slotset_take(&rt->polls, i)) continue; /* another poll took it */
     dv_evslot* es = &rt->evslots[i];
-    if (atomic_load_explicit(&es->done_seq, memory_order_relaxed) >=
-        atomic_load_explicit(&es->seq, memory_order_relaxed))
-      continue; /* nothing marked since the last poll saw it complete (a hint: a miss waits for the
-                   next poll) */
     dv_spin_lock(&es->mu);
     dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
-    if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED)
+    if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED &&
+        !dv_pev_done(rt, p))
       dv_pev_ref(p);
     else
-      p = NULL; /* a lazy mark nobody needed: left lazy (a later need records it at once) */
+      p = NULL;
     dv_spin_unlock(&es->mu);
     if (!p) continue;
     bool done = false;
-    if (!dv_pev_done(rt, p) && rt->be->event_query(p->ev, &done) == DEVRT_OK && done)
+    if (rt->be->event_query(p->ev, &done) == DEVRT_OK && done)
       max_store(&es->done_seq, p->seq);
+    else
+      dv_slotset_add(&rt->polls, i); /* still running (or the query failed): the next poll asks */
     dv_pev_unref(rt, p);
   }
 }

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include "devrt/devrt.h"
 #include "../backend/backend.h"
+#include "slotset.h" /* issue 25: for `polls` */
 
 #define DV_RT_MAGIC 0x64657672745f7274ull /* "devrt_rt" */
 
@@ -68,6 +69,9 @@ struct devrt_runtime {
 
   struct dv_queue* q; /* the submission queue and its threads (src/sync) */
   _Atomic uint64_t refused_launches, stale_refusals;
+  /* issue 25 (src/block/events.c's): the slots whose newest mark was recorded and not yet seen
+   * complete by dv_events_poll; added by a record, taken by the poll (atomic, lines of its own) */
+  _Alignas(DV_LINE) dv_slotset polls;
 };
 
 /* rt is a live runtime (not NULL, not destroyed). */

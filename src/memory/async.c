@@ -158,12 +158,20 @@ typedef struct batch {
  * the sum down its column. A reap closes a batch over what that sum has grown by since the last
  * one (covered), under one event recorded after those frees on the slot's stream; batches sit in
  * a ring, oldest first. A slot keeps its stream until dv_async_forget_slot: the runtime's slot
- * table says which it is, for a reap that finds frees there. */
+ * table says which it is, for a reap that finds frees there.
+ *
+ * A reap visits only the slots that may hold something (issue 25): each owned shard's `cur` (the
+ * slot of its thread's latest free, the last cell of its row) and the slots in `pending`. A free
+ * on its thread's cur slot adds no more than its count; one on another slot first adds the old
+ * cur slot to `pending` (an RMW), then moves cur. A slot leaves `pending` only under its mu with
+ * nothing batched and its sum at `covered`, and the reaper reads the sum again after the take:
+ * an add that came before the take shows there, one after it stays. So every free is seen by a
+ * reap that comes after it: through cur, through `pending`, or by the reap that took it out. */
 typedef struct aslot {
   _Alignas(DV_LINE) pthread_mutex_t mu;
   uint64_t covered;         /* freed bytes batched so far (under mu) */
-  _Atomic uint64_t retired; /* freed bytes retired so far (written under mu): equal to the
-                               column's sum when nothing on the slot is pending */
+  _Atomic uint64_t retired; /* freed bytes retired so far (written under mu, a release after the
+                               account moved): the column's sum when nothing there is pending */
   batch* q;
   unsigned head, n, cap;
 } aslot;
@@ -173,12 +181,15 @@ typedef struct async_res {
   dv_live_table* live;
   aslot* slots;
   unsigned nslots, stride; /* stride: a row of `freed`, whole cache lines */
-  _Atomic uint64_t* freed; /* [DV_SHARDS][stride]: bytes freed per thread shard and slot, ever */
+  _Atomic uint64_t* freed; /* [DV_SHARDS][stride]: bytes freed per thread shard and slot, ever;
+                              column nslots: the shard's cur slot + 1 (0: none; its thread's) */
   pthread_mutex_t ev_mu;   /* the free list of events (never destroyed before destroy) */
   dv_event** evs;
   unsigned nev, evcap;
   dv_slot_user user; /* on the list of layers told when a slot's stream goes away */
+  _Alignas(DV_LINE) dv_slotset pending; /* slots off every cur that may hold frees not retired */
 } async_res;
+_Static_assert(DV_SLOTSET_WORDS * 64 == DV_SID_SLOTS, "a slot set holds every slot");
 
 static devrt_status event_take(async_res* a, dv_event** out) {
   devrt_runtime* rt = a->base.rt;
@@ -258,12 +269,12 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
     bool done = false;
     DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
-    atomic_store_explicit(&sl->retired,
-                          atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
-                          memory_order_relaxed);
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
+    atomic_store_explicit(&sl->retired, /* last: a reap that sees it sees the account moved */
+                          atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
+                          memory_order_release);
     *reaped += b->bytes;
     event_give(a, b->ev);
     sl->head = (sl->head + 1) % sl->cap;
@@ -272,36 +283,91 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
   return DEVRT_OK;
 }
 
-/* With DEVRT_REAP_WAIT the wait is a stream_sync outside the slot mutex (so frees on that
- * stream from other threads never block behind it): it covers every batch closed before it,
- * which the following retire pass then finds complete. */
+/* Under sl->mu: slot i stays in `pending` while anything freed there is not retired; a take is
+ * checked again (the sum may have grown by an add the take removed). */
+static void relist(async_res* a, unsigned i) {
+  aslot* sl = &a->slots[i];
+  DV_ASSERT(sl->covered >= atomic_load_explicit(&sl->retired, memory_order_relaxed));
+  if (sl->n || freed_sum(a, i) != sl->covered) {
+    if (!dv_slotset_has(&a->pending, i)) dv_slotset_add(&a->pending, i); /* takes hold mu too */
+  } else if (dv_slotset_take(&a->pending, i) && freed_sum(a, i) != sl->covered)
+    dv_slotset_add(&a->pending, i);
+}
+
+/* Batches slot i's new frees and retires what completed. With DEVRT_REAP_WAIT the wait is a
+ * stream_sync outside the slot mutex (so frees on that stream from other threads never block
+ * behind it): it covers every batch closed before it, which the retire pass then finds complete. */
+static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t* reaped) {
+  aslot* sl = &a->slots[i];
+  uint64_t upto = freed_sum(a, i);
+  if (upto == atomic_load_explicit(&sl->retired, memory_order_acquire) &&
+      !dv_slotset_has(&a->pending, i))
+    return DEVRT_OK; /* nothing pending here */
+  pthread_mutex_lock(&sl->mu);
+  /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
+   * read */
+  devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
+  dv_stream* s = flags & DEVRT_REAP_WAIT && sl->n ? a->base.rt->slots[i].s : NULL;
+  if (st == DEVRT_OK && s) {
+    pthread_mutex_unlock(&sl->mu);
+    st = a->base.rt->be->stream_sync(s);
+    pthread_mutex_lock(&sl->mu);
+  }
+  if (st == DEVRT_OK) st = retire(a, sl, reaped);
+  relist(a, i);
+  pthread_mutex_unlock(&sl->mu);
+  return st;
+}
+
+/* The slots one reap has visited: a word of w counts only once its bit in `top` is set, so
+ * nothing needs clearing first. */
+typedef struct visited {
+  uint64_t top, w[DV_SLOTSET_WORDS];
+} visited;
+
+/* reap_slot, once per reap, keeping the first failure. */
+static void reap_once(async_res* a, visited* v, unsigned i, unsigned flags, uint64_t* reaped,
+                      devrt_status* first) {
+  DV_ASSERT(i < a->nslots);
+  uint64_t bit = 1ull << i % 64, *w = &v->w[i / 64];
+  if (!(v->top >> i / 64 & 1)) {
+    v->top |= 1ull << i / 64;
+    *w = 0;
+  }
+  if (*w & bit) return;
+  *w |= bit;
+  devrt_status st = reap_slot(a, i, flags, reaped);
+  if (st != DEVRT_OK && *first == DEVRT_OK) *first = st; /* keep reaping the others */
+}
+
+/* Reaps each owned shard's cur slot, then the slots in `pending`. */
 static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* reaped) {
   async_res* a = (async_res*)self;
   devrt_status first = DEVRT_OK;
+  visited v;
+  v.top = 0;
   *reaped = 0;
-  for (unsigned i = 0; i < a->nslots; i++) {
-    aslot* sl = &a->slots[i];
-    uint64_t upto = freed_sum(a, i);
-    if (upto == atomic_load_explicit(&sl->retired, memory_order_relaxed))
-      continue; /* nothing pending here */
-    pthread_mutex_lock(&sl->mu);
-    /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
-     * read */
-    devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
-    dv_stream* s = sl->n ? a->base.rt->slots[i].s : NULL;
-    if (st == DEVRT_OK && !(flags & DEVRT_REAP_WAIT)) st = retire(a, sl, reaped);
-    pthread_mutex_unlock(&sl->mu);
-    if (st == DEVRT_OK && s && (flags & DEVRT_REAP_WAIT)) {
-      st = a->base.rt->be->stream_sync(s);
-      if (st == DEVRT_OK) {
-        pthread_mutex_lock(&sl->mu);
-        st = retire(a, sl, reaped);
-        pthread_mutex_unlock(&sl->mu);
-      }
-    }
-    if (st != DEVRT_OK && first == DEVRT_OK) first = st; /* keep reaping the other slots */
+  for (unsigned k = 0, end = dv_shard_end(); k < end && k < DV_OWNED; k++) {
+    uint64_t c =
+        atomic_load_explicit(&a->freed[(size_t)k * a->stride + a->nslots], memory_order_acquire);
+    if (c) reap_once(a, &v, (unsigned)c - 1, flags, reaped, &first);
   }
+  DV_SLOTSET_FOR(i, &a->pending) reap_once(a, &v, i, flags, reaped, &first);
   return first;
+}
+
+/* A free on slot i by the thread of shard k, off its cur slot: the old cur slot goes into
+ * `pending` before cur moves (a reap that reads the new cur sees the add), with all this thread's
+ * frees there before it. A shared shard has no cur of its own: each free adds its slot. */
+static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
+  _Atomic uint64_t* cur = &a->freed[(size_t)k * a->stride + a->nslots];
+  if (k >= DV_OWNED) {
+    dv_slotset_add(&a->pending, i);
+    return;
+  }
+  uint64_t was = atomic_load_explicit(cur, memory_order_relaxed);
+  if (was) dv_slotset_add(&a->pending, (unsigned)was - 1);
+  atomic_store_explicit(cur, i + 1, memory_order_release);
 }
 
 DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
@@ -341,8 +407,10 @@ DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t si
   dv_last_freed = (dv_freed){e.tag, e.shard};
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
-  dv_cell_add(&a->freed[(size_t)k * a->stride + i], rounded,
-              k); /* a release: after the pool_free */
+  _Atomic uint64_t* row = &a->freed[(size_t)k * a->stride];
+  dv_cell_add(&row[i], rounded, k); /* a release: after the pool_free */
+  if (DV_UNLIKELY(atomic_load_explicit(&row[a->nslots], memory_order_relaxed) != i + 1))
+    move_cur(a, k, i);
   return DEVRT_OK;
 }
 
@@ -444,7 +512,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   async_res* a = dv_zalloc_lines(sizeof *a); /* read by every thread: no neighbour on its lines */
   dv_mem_account* acc = dv_account_new();
   aslot* slots = dv_zalloc_lines((size_t)rt->nslots * sizeof *slots);
-  unsigned stride = (rt->nslots + 15) / 16 * 16; /* rows of whole DV_LINEs */
+  unsigned stride = (rt->nslots + 1 + 15) / 16 * 16; /* rows of whole DV_LINEs, cur last */
   _Atomic uint64_t* freed = dv_zalloc_lines((size_t)DV_SHARDS * stride * sizeof *freed);
   if (!a || !acc || !slots || !freed) {
     free(a), free(acc), free(slots), free(freed);
@@ -482,9 +550,10 @@ void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
   uint64_t upto = freed_sum(a, slot),
            n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
   sl->covered = upto;
-  atomic_store(&sl->retired, upto);
-  pthread_mutex_unlock(&sl->mu);
   dv_account_release(acc, n);
   dv_account_sub(acc, DV_PENDING, n);
   atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
+  atomic_store(&sl->retired, upto);
+  relist(a, slot);
+  pthread_mutex_unlock(&sl->mu);
 }

@@ -1,7 +1,9 @@
 /* test_async.c: the leaf resources. async: measured granularity, alignment, exact live/pending
  * figures through allocate, free and reap, a free staying pending while a kernel on its stream
  * still runs, bad input and injected faults changing nothing, 8 threads allocating and freeing
- * while 2 reap, and 2 racing to free one pointer. simple: synchronous frees, never pending, the
+ * while 2 reap, and 2 racing to free one pointer; a budget over it never refusing when only frees
+ * that completed stand in the way, whichever threads and streams made them (reaps visit only the
+ * slots with something to reap: none may be missed). simple: synchronous frees, never pending, the
  * same bad-input checks. */
 #include <pthread.h>
 #include <sched.h>
@@ -136,6 +138,94 @@ static void* reaper(void* arg) {
   return NULL;
 }
 
+/* ---- a budget and frees that completed: rounds of threads filling the budget to its limit on
+ * random streams, then other threads freeing those blocks on random streams (so each thread's
+ * slot keeps moving), then every stream synchronized, while a thread reaps throughout. No
+ * allocation may be refused: the budget's non-blocking reap must find every free. ---- */
+enum { B_THREADS = 4, B_STREAMS = 8, B_BLOCKS = 16, B_ROUNDS = 30 };
+static devrt_resource* b_res;
+static devrt_stream b_streams[B_STREAMS];
+static void* b_blk[B_THREADS][B_BLOCKS];
+static _Atomic int b_refused;
+
+static void* b_alloc(void* arg) {
+  unsigned t = (unsigned)(uintptr_t)arg, seed = t * 31 + 5;
+  for (int i = 0; i < B_BLOCKS; i++) {
+    devrt_status st = devrt_resource_allocate(b_res, 4096, b_streams[rand_r(&seed) % B_STREAMS],
+                                              "budget", &b_blk[t][i]);
+    if (st == DEVRT_ERR_OVER_BUDGET) atomic_fetch_add(&b_refused, 1);
+    if (st != DEVRT_OK) atomic_fetch_add(&g_errors, 1), b_blk[t][i] = NULL;
+  }
+  return NULL;
+}
+
+static void* b_free(void* arg) { /* thread t frees thread t + 1's blocks */
+  unsigned t = (unsigned)(uintptr_t)arg, seed = t * 17 + 3;
+  for (int i = 0; i < B_BLOCKS; i++) {
+    void* p = b_blk[(t + 1) % B_THREADS][i];
+    if (p && devrt_resource_deallocate(b_res, p, 4096, b_streams[rand_r(&seed) % B_STREAMS]))
+      atomic_fetch_add(&g_errors, 1);
+  }
+  return NULL;
+}
+
+static void* b_reaper(void* arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop))
+    if (devrt_resource_reap(b_res, 0, NULL) != DEVRT_OK) atomic_fetch_add(&g_errors, 1);
+  return NULL;
+}
+
+static void budget_and_completed_frees(devrt_runtime* rt) {
+  devrt_resource* a;
+  REQUIRE_OK(devrt_async_resource_create(rt, &a));
+  devrt_budget_options o = {.limit_bytes = B_THREADS * B_BLOCKS * dv_round(a->account, 4096)};
+  REQUIRE_OK(devrt_budget_create(a, &o, &b_res));
+  for (int i = 0; i < B_STREAMS; i++)
+    REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &b_streams[i]));
+  atomic_store(&g_stop, 0);
+  atomic_store(&g_errors, 0);
+  pthread_t rp, t[B_THREADS];
+  pthread_create(&rp, NULL, b_reaper, NULL);
+  for (int round = 0; round < B_ROUNDS; round++) {
+    for (int i = 0; i < B_THREADS; i++) pthread_create(&t[i], NULL, b_alloc, (void*)(uintptr_t)i);
+    for (int i = 0; i < B_THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < B_THREADS; i++) pthread_create(&t[i], NULL, b_free, (void*)(uintptr_t)i);
+    for (int i = 0; i < B_THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < B_STREAMS; i++) CHECK_OK(devrt_stream_synchronize(rt, b_streams[i]));
+  }
+  atomic_store(&g_stop, 1);
+  pthread_join(rp, NULL);
+  CHECK(atomic_load(&b_refused) == 0 && atomic_load(&g_errors) == 0);
+  CHECK_OK(devrt_resource_reap(b_res, DEVRT_REAP_WAIT, NULL));
+  devrt_resource_figures f = fig(b_res);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && atomic_load(&a->account->held) == 0);
+  for (int i = 0; i < B_STREAMS; i++) CHECK_OK(devrt_stream_release(rt, b_streams[i]));
+  CHECK_OK(devrt_resource_release(b_res));
+  CHECK_OK(devrt_resource_release(a));
+  printf("budget: %d rounds of %d x %d blocks at the limit, %d refused\n", B_ROUNDS, B_THREADS,
+         B_BLOCKS, atomic_load(&b_refused));
+}
+
+/* A free is retired by the next reap whichever slot it moved from: one thread frees on stream
+ * a, then b, then a; after each (its stream synchronized) a non-blocking reap retires it. */
+static void reap_follows_the_slot(devrt_runtime* rt, devrt_resource* r, devrt_stream a,
+                                  devrt_stream b) {
+  devrt_stream order[] = {a, b, a, b, b, a};
+  uint64_t g = fig(r).granularity, n = 0;
+  for (unsigned i = 0; i < sizeof order / sizeof *order; i++) {
+    void *p, *q;
+    REQUIRE_OK(devrt_resource_allocate(r, 1000, order[i], "slot", &p));
+    REQUIRE_OK(devrt_resource_allocate(r, 3000, a, "slot", &q));
+    CHECK_OK(devrt_resource_deallocate(r, p, 1000, order[i]));
+    CHECK_OK(devrt_resource_deallocate(r, q, 3000, order[(i + 1) % 6]));
+    CHECK_OK(devrt_stream_synchronize(rt, a));
+    CHECK_OK(devrt_stream_synchronize(rt, b));
+    CHECK_OK(devrt_resource_reap(r, 0, &n));
+    CHECK(n == (1000 + g - 1) / g * g + (3000 + g - 1) / g * g && fig(r).pending_bytes == 0);
+  }
+}
+
 int main(void) {
   devrt_runtime* rt = t_runtime();
   devrt_runtime* rt2 = t_runtime();
@@ -252,6 +342,12 @@ int main(void) {
       "wait\n",
       THREADS, OPS, (unsigned long long)freed,
       (unsigned long long)atomic_load(&g_reaped_by_threads), (unsigned long long)n);
+
+  devrt_stream s4;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s4));
+  reap_follows_the_slot(rt, r, s, s4);
+  CHECK_OK(devrt_stream_release(rt, s4));
+  budget_and_completed_frees(rt);
 
   uint64_t released = 1;
   CHECK_OK(devrt_resource_trim(r, &released));
