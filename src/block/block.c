@@ -273,6 +273,24 @@ static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, dev
 
 /* ---- tracking ---- */
 
+/* ---- wait lists ---- */
+
+static pthread_key_t room_key;
+static pthread_once_t room_once = PTHREAD_ONCE_INIT;
+static void room_key_make(void) { pthread_key_create(&room_key, free); }
+static _Thread_local dv_wait* room; /* this thread's buffer (also under room_key, to free it) */
+static _Thread_local unsigned room_n;
+
+dv_wait* dv_wait_room(unsigned n) {
+  if (DV_LIKELY(n <= room_n)) return room;
+  pthread_once(&room_once, room_key_make);
+  dv_wait* w = realloc(room, n * sizeof *w); /* n is the runtime's slot count: grows rarely */
+  if (!w) return NULL;
+  pthread_setspecific(room_key, w);
+  room = w, room_n = n;
+  return w;
+}
+
 /* Where each source slot's entry sits in the wait list this thread is gathering: a hint that the
  * list confirms (w[k].slot == slot), so it needs no clearing between lists, and a wait is found in
  * one step however many slots the list holds. (Not DV_TLS: 8 KiB is too much for static TLS.) */
@@ -1095,7 +1113,6 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
     b = NULL;
   }
   if (!b) {
-    WAIT_BUF_FREE(w);
     return st;
   }
   b->pins = FREEING;
@@ -1117,7 +1134,6 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   unlock(b);
   st = dv_waits_issue(rt, s, slot, w, n, NULL, 0, &c);
   dv_counts_flush(rt, slot, &c);
-  WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = devrt_resource_deallocate(res, p, size, fs);
   refs r = {0};
   lock(b);
@@ -1204,7 +1220,6 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
       b->prep_slot = slot + 1, b->prep_write = a & DEVRT_ACCESS_WRITE, b->prep_epoch = epoch;
     unlock(b);
   }
-  WAIT_BUF_FREE(w);
   return st;
 }
 

@@ -202,13 +202,11 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   dv_counts c = {0};
   st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
   if (DV_UNLIKELY(st != DEVRT_OK)) {
-    WAIT_BUF_FREE(w);
     return refuse(rt, st);
   }
   /* The slot's previous mark is recorded here, before this launch, only if something this launch
    * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
   st = dv_waits_issue(rt, s, slot, w, nw, last, drops, &c);
-  WAIT_BUF_FREE(w);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
   c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
