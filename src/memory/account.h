@@ -150,24 +150,6 @@ static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q
   q->granularity = a->granularity;
 }
 
-/* The vtables, allocate and deallocate of the layers devrt's stacks call directly (DV_CALL). */
-typedef devrt_status dv_allocate_fn(devrt_resource* self, size_t size, devrt_stream s,
-                                    const char* tag, void** out);
-typedef devrt_status dv_deallocate_fn(devrt_resource* self, void* p, size_t size, devrt_stream s);
-extern const devrt_resource_vtable dv_budget_vtable, dv_stats_vtable, dv_async_vtable;
-dv_allocate_fn dv_budget_allocate, dv_stats_allocate, dv_async_allocate;
-dv_deallocate_fn dv_budget_deallocate, dv_stats_deallocate, dv_async_deallocate;
-
-/* A devrt layer calling r, its upstream (the arguments were checked where the stack was entered,
- * and a layer holds its upstream), for op allocate or deallocate. Where r is layer L, the one
- * devrt's own stacks put there (known by its vtable's address: the vtable is not read), the call
- * is direct, so that under LTO a stack's path inlines into one function (its entry's, flattened):
- * no call or frame per layer, and fewer lines between the driver's calls. Any other resource is
- * called through its vtable. */
-#define DV_CALL(r, L, op, ...)                                                  \
-  (DV_LIKELY((r)->vtable == &dv_##L##_vtable) ? dv_##L##_##op((r), __VA_ARGS__) \
-                                              : (r)->vtable->op((r), __VA_ARGS__))
-
 #define DV_RES_CHECK(r, call)                                                                    \
   do {                                                                                           \
     dv_error_clear(); /* a public call's entry: see error.h */                                   \

@@ -370,8 +370,8 @@ static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
   atomic_store_explicit(cur, i + 1, memory_order_release);
 }
 
-DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
-                                      const char* tag, void** out) {
+static DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                             const char* tag, void** out) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -390,8 +390,8 @@ DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_s
   return DEVRT_OK;
 }
 
-DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size,
-                                        devrt_stream stream) {
+static DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size,
+                                               devrt_stream stream) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -496,7 +496,7 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   return DEVRT_OK;
 }
 
-const devrt_resource_vtable dv_async_vtable = {
+static const devrt_resource_vtable async_vtable = {
     .allocate = dv_async_allocate,
     .deallocate = dv_async_deallocate,
     .query = async_query,
@@ -504,7 +504,7 @@ const devrt_resource_vtable dv_async_vtable = {
     .trim = async_trim,
     .destroy = async_destroy,
 };
-bool dv_async_is(const devrt_resource* r) { return r->vtable == &dv_async_vtable; }
+bool dv_async_is(const devrt_resource* r) { return r->vtable == &async_vtable; }
 
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_async_resource_create");
@@ -529,7 +529,7 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
   a->base.rt = rt;
   devrt_status st = dv_live_create("devrt_async_resource_create", &a->live);
   if (st == DEVRT_OK) st = measure_granularity(rt, &acc->granularity);
-  if (st == DEVRT_OK) st = devrt_resource_init(&a->base, &dv_async_vtable, "async", rt, NULL);
+  if (st == DEVRT_OK) st = devrt_resource_init(&a->base, &async_vtable, "async", rt, NULL);
   if (st != DEVRT_OK) {
     async_free(a);
     return st;

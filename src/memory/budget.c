@@ -31,9 +31,8 @@ static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memor
  * from a cache holds nothing new, so it passes without touching a shared word; the budget sees a
  * refusal only as the leaf's OVER_BUDGET. A THROUGH budget (and every sub-budget) reserves on its
  * own live word before calling upstream. */
-/* Upstream: statistics in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(r, ...) DV_CALL((r)->upstream, stats, allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(r, ...) DV_CALL((r)->upstream, stats, deallocate, __VA_ARGS__)
+#define UP_ALLOCATE(r, ...) (r)->upstream->vtable->allocate((r)->upstream, __VA_ARGS__)
+#define UP_DEALLOCATE(r, ...) (r)->upstream->vtable->deallocate((r)->upstream, __VA_ARGS__)
 
 static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
@@ -115,8 +114,8 @@ static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stre
   }
 }
 
-DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream,
-                                       const char* tag, void** out) {
+static DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_stream stream,
+                                              const char* tag, void** out) {
   budget* b = (budget*)r;
   devrt_status first = NOT_TRIED;
   if (DV_LIKELY(b->owns) && DV_LIKELY((first = UP_ALLOCATE(r, size, stream, tag, out)) == DEVRT_OK))
@@ -124,8 +123,8 @@ DV_HOT devrt_status dv_budget_allocate(devrt_resource* r, size_t size, devrt_str
   return allocate_slow(b, size, stream, tag, out, first);
 }
 
-DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size,
-                                         devrt_stream stream) {
+static DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, size_t size,
+                                                devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
   if (DV_UNLIKELY(!b->owns)) atomic_fetch_sub(&b->live, charge(b, size));
@@ -151,16 +150,16 @@ static void budget_destroy(devrt_resource* r) {
   free(r);
 }
 
-const devrt_resource_vtable dv_budget_vtable = {.allocate = dv_budget_allocate,
-                                                .deallocate = dv_budget_deallocate,
-                                                .query = budget_query,
-                                                .destroy = budget_destroy};
+static const devrt_resource_vtable budget_vtable = {.allocate = dv_budget_allocate,
+                                                    .deallocate = dv_budget_deallocate,
+                                                    .query = budget_query,
+                                                    .destroy = budget_destroy};
 
 static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* parent,
                            const devrt_budget_options* o, devrt_resource** out) {
   budget* b = dv_zalloc_lines(sizeof *b); /* read by every thread: no neighbour on its lines */
   if (!b) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_budget_create: out of host memory");
-  devrt_status s = devrt_resource_init(&b->r, &dv_budget_vtable, parent ? "sub-budget" : "budget",
+  devrt_status s = devrt_resource_init(&b->r, &budget_vtable, parent ? "sub-budget" : "budget",
                                        upstream->rt, upstream);
   if (s != DEVRT_OK) {
     free(b);
@@ -210,7 +209,7 @@ devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_by
                                        devrt_resource** out) {
   DV_RES_CHECK(parent, "devrt_budget_create_child");
   DV_ARG_CHECK(out, "devrt_budget_create_child", "out is NULL");
-  DV_ARG_CHECK(parent->vtable == &dv_budget_vtable, "devrt_budget_create_child",
+  DV_ARG_CHECK(parent->vtable == &budget_vtable, "devrt_budget_create_child",
                "parent %s is not a budget", parent->name);
   budget* p = (budget*)parent;
   DV_ARG_CHECK(limit_bytes && limit_bytes <= load(&p->limit), "devrt_budget_create_child",
@@ -219,7 +218,7 @@ devrt_status devrt_budget_create_child(devrt_resource* parent, uint64_t limit_by
   return create(parent, limit_bytes, p, NULL, out);
 }
 
-bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &dv_budget_vtable; }
+bool dv_budget_is(const devrt_resource* r) { return r && r->vtable == &budget_vtable; }
 
 uint64_t dv_budget_limit(const devrt_resource* r) { return load(&((budget*)r)->limit); }
 

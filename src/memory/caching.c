@@ -11,9 +11,9 @@
 #include "../core/runtime.h"
 #include "account.h"
 
-/* Upstream: async in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, async, allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
+/* Upstream: called through its vtable. */
+#define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) (self)->upstream->vtable->deallocate((self)->upstream, __VA_ARGS__)
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
 enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards */

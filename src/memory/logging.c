@@ -14,9 +14,9 @@
 #include "../core/runtime.h"
 #include "account.h"
 
-/* Upstream: statistics in devrt's stacks, called directly (account.h). */
-#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, stats, allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, stats, deallocate, __VA_ARGS__)
+/* Upstream: called through its vtable. */
+#define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) (self)->upstream->vtable->deallocate((self)->upstream, __VA_ARGS__)
 
 typedef struct dv_logging {
   devrt_resource base;

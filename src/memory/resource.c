@@ -127,25 +127,22 @@ devrt_status devrt_resource_release(devrt_resource* r) {
   return DEVRT_OK;
 }
 
-/* The public entries are flattened: through devrt's own layers (DV_CALL) a stack's
- * path inlines into them. */
-DV_FLATTEN DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size,
-                                                       devrt_stream stream, const char* tag,
-                                                       void** out) {
+DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream,
+                                            const char* tag, void** out) {
   DV_RES_CHECK(r, "devrt_resource_allocate");
   DV_ARG_CHECK(out, "devrt_resource_allocate", "out is NULL (%s)", r->name);
   DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name,
                tag ? tag : "untagged");
   *out = NULL;
-  return DV_CALL(r, budget, allocate, size, stream, tag, out);
+  return r->vtable->allocate(r, size, stream, tag, out);
 }
 
-DV_FLATTEN DV_HOT devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size,
-                                                         devrt_stream stream) {
+DV_HOT devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size,
+                                              devrt_stream stream) {
   DV_RES_CHECK(r, "devrt_resource_deallocate");
   DV_ARG_CHECK(ptr, "devrt_resource_deallocate", "ptr is NULL (%s)", r->name);
   DV_ARG_CHECK(size, "devrt_resource_deallocate", "size is 0 (%s, ptr %p)", r->name, ptr);
-  return DV_CALL(r, budget, deallocate, ptr, size, stream);
+  return r->vtable->deallocate(r, ptr, size, stream);
 }
 
 devrt_status devrt_resource_query(devrt_resource* r, devrt_resource_figures* out) {

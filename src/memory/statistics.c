@@ -58,10 +58,9 @@ typedef struct dv_stats {
   st_pair all, other;
 } dv_stats;
 
-/* Upstream: async in devrt's stacks without a cache, called directly (account.h); a caching
- * layer through its vtable. */
-#define UP_ALLOCATE(self, ...) DV_CALL((self)->upstream, async, allocate, __VA_ARGS__)
-#define UP_DEALLOCATE(self, ...) DV_CALL((self)->upstream, async, deallocate, __VA_ARGS__)
+/* Upstream: called through its vtable. */
+#define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
+#define UP_DEALLOCATE(self, ...) (self)->upstream->vtable->deallocate((self)->upstream, __VA_ARGS__)
 
 /* ---- counters ---- */
 
@@ -237,8 +236,8 @@ static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t si
   return s;
 }
 
-DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream,
-                                      const char* tag, void** out) {
+static DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                             const char* tag, void** out) {
   dv_stats* S = (dv_stats*)self;
   st_pair* t = st_tag_of(S, tag ? tag : "untagged");
   DV_CHECK(UP_ALLOCATE(self, size, stream, tag, out));
@@ -250,8 +249,8 @@ DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_s
 /* Over a recording layer the counters fall once its deallocate accepted the free, by its record
  * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
  * if upstream refuses it). */
-DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size,
-                                        devrt_stream stream) {
+static DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                               devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
   if (DV_UNLIKELY(S->shards)) return map_deallocate(S, ptr, size, stream);
   DV_CHECK(UP_DEALLOCATE(self, ptr, size, stream));
@@ -278,7 +277,7 @@ static void st_destroy(devrt_resource* self) {
   free(S);
 }
 
-const devrt_resource_vtable dv_stats_vtable = {
+static const devrt_resource_vtable stats_vtable = {
     dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL, st_destroy};
 
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out) {
@@ -297,7 +296,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
   devrt_status s =
-      devrt_resource_init(&S->base, &dv_stats_vtable, "statistics", upstream->rt, upstream);
+      devrt_resource_init(&S->base, &stats_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
     st_destroy(&S->base);
     return s;
@@ -308,7 +307,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
 
 devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memory_stats* out) {
   DV_RES_CHECK(r, "devrt_statistics_get");
-  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_get",
+  DV_ARG_CHECK(r->vtable == &stats_vtable, "devrt_statistics_get",
                "resource %p is a %s layer, not statistics", (void*)r, r->name);
   DV_ARG_CHECK(out, "devrt_statistics_get", "out is NULL (tag %s)", tag ? tag : "(overall)");
   dv_stats* S = (dv_stats*)r;
@@ -324,7 +323,7 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
 
 devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_statistics_reset_peaks");
-  DV_ARG_CHECK(r->vtable == &dv_stats_vtable, "devrt_statistics_reset_peaks",
+  DV_ARG_CHECK(r->vtable == &stats_vtable, "devrt_statistics_reset_peaks",
                "resource %p is a %s layer, not statistics", (void*)r, r->name);
   dv_stats* S = (dv_stats*)r;
   pthread_mutex_lock(&S->tag_mu);
