@@ -1,7 +1,7 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
-reason quotes a library name), stats, an error, and each bench with few rounds; and devrt info
-says what the host backend emulates.
+reason quotes a library name), stats, an error, and each bench with few rounds (bench scale also
+with its sizes capped); and devrt info says what the host backend emulates.
 
     python3 test_cli_json.py PATH/TO/devrt
 """
@@ -81,6 +81,21 @@ class CliJson(unittest.TestCase):
                 doc = self.parse(["bench", suite, "--rounds", "3"])
                 self.assertEqual(doc["suite"], suite)
                 self.assertTrue(doc["results"])
+
+    def test_bench_scale(self):
+        # few rounds, sizes capped for CI: every curve reports every size and a ratio against
+        # its goal (curves over the goal are reported, not failed)
+        doc = self.parse(["bench", "scale", "--rounds", "3", "--max", "256"])
+        self.assertEqual(doc["suite"], "scale")
+        self.assertFalse(doc["error"])
+        self.assertTrue(doc["results"])
+        for c in doc["results"]:
+            self.assertTrue(c["name"] and c["unit"])
+            self.assertEqual(len(c["sizes"]), len(c["ns"]))
+            self.assertGreaterEqual(len(c["sizes"]), 2, c["name"])
+            self.assertLessEqual(max(c["sizes"]), 256)
+            self.assertEqual(c["goal"], 1.5)
+            self.assertEqual(c["met"], c["ratio"] is not None and c["ratio"] <= c["goal"])
 
 
 if __name__ == "__main__":

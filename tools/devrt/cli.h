@@ -6,6 +6,7 @@ typedef struct cli_opts {
   int ordinal;
   int json;
   int rounds;
+  int max; /* bench scale --max: the largest state size (0: the suite's own) */
 } cli_opts;
 int cli_info(const cli_opts* o);
 int cli_stats(const cli_opts* o);
@@ -14,4 +15,5 @@ int bench_alloc(const cli_opts* o);
 int bench_launch(const cli_opts* o);
 int bench_sem(const cli_opts* o);
 int bench_partition(const cli_opts* o);
+int bench_scale(const cli_opts* o);
 #endif

@@ -38,6 +38,14 @@ static int usage(FILE* f) {
       "                                  and background throughput; layout create/destroy vs the "
       "driver\n"
       "                                  calls, partition stream acquire vs the runtime pool\n"
+      "  bench scale [--json] [--ordinal N] [--rounds R] [--max N]\n"
+      "                                  per-call cost against the state devrt keeps (readers, "
+      "streams,\n"
+      "                                  waiters, tags, live blocks, parked work, leases, uses): "
+      "ns per\n"
+      "                                  unit at each size, largest/smallest ratio (goal <= 1.5); "
+      "--max\n"
+      "                                  caps the sizes\n"
       "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, "
       "DEVRT_POOL_RELEASE,\n"
       "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, "
@@ -50,7 +58,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
     return usage(stdout);
-  cli_opts o = {.ordinal = 0, .json = 0, .rounds = 0};
+  cli_opts o = {.ordinal = 0, .json = 0, .rounds = 0, .max = 0};
   int first = !strcmp(argv[1], "bench") ? 3 : 2;
   if (first > argc) return usage(stderr);
   for (int i = first; i < argc; i++) {
@@ -60,6 +68,8 @@ int main(int argc, char** argv) {
       o.ordinal = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
       o.rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+      o.max = atoi(argv[++i]);
     else {
       fprintf(stderr, "devrt: unknown option '%s'\n", argv[i]);
       return usage(stderr);
@@ -73,6 +83,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[2], "launch")) return bench_launch(&o);
     if (!strcmp(argv[2], "sem")) return bench_sem(&o);
     if (!strcmp(argv[2], "partition")) return bench_partition(&o);
+    if (!strcmp(argv[2], "scale")) return bench_scale(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }
