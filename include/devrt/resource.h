@@ -46,7 +46,15 @@ enum { DEVRT_REAP_WAIT = 1u }; /* reap: block until every pending free completed
  * deallocate: stream-ordered free of (ptr, size) once work queued on `stream` is done.
  * query: fill what this layer knows, after asking its upstream.
  * reap / trim: retire completed frees / give cached bytes back; decorators forward them.
- * destroy: free the object (its upstream reference is dropped by devrt afterwards). */
+ * destroy: free the object (its upstream reference is dropped by devrt afterwards).
+ * The last two entries are optional (NULL), and how a layer takes part in the rest of devrt:
+ * deallocate_tagged: deallocate, also telling which tag the allocation was made with (*tag, NULL
+ *   when unknown). Layers that keep a record per allocation have it; a statistics layer directly
+ *   over one calls this instead of keeping a pointer map of its own.
+ * stream_retired: `stream` (its last id, no longer valid: a key only) was synchronized and its
+ *   slot's stream is being destroyed (a partition's pool went away): forget whatever the layer
+ *   keeps for it; everything freed on it has completed. Called with no allocation or free on that
+ *   stream in flight, for every live resource of the runtime that has the entry. */
 typedef struct devrt_resource_vtable {
   devrt_status (*allocate)(devrt_resource* self, size_t size, devrt_stream stream, const char* tag,
                            void** out);
@@ -55,6 +63,9 @@ typedef struct devrt_resource_vtable {
   devrt_status (*reap)(devrt_resource* self, unsigned flags, uint64_t* reaped);
   devrt_status (*trim)(devrt_resource* self, uint64_t* released);
   void (*destroy)(devrt_resource* self);
+  devrt_status (*deallocate_tagged)(devrt_resource* self, void* ptr, size_t size,
+                                    devrt_stream stream, const char** tag);
+  void (*stream_retired)(devrt_resource* self, devrt_stream stream);
 } devrt_resource_vtable;
 
 /* The common head of every resource; a user resource embeds it first and calls

@@ -135,9 +135,10 @@ void dv_stack_fini(devrt_runtime* rt);
 devrt_status dv_queue_init(devrt_runtime* rt);
 devrt_status dv_queue_fini(devrt_runtime* rt);
 /* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
-/* Every layer of rt with per-slot state (the runtime's stack's and those of stacks the caller
- * built) forgets slot `slot`, whose stream was synchronized and is going away. */
-void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot);
+/* Every live resource of rt with a stream_retired entry (the runtime's stack's layers, those of
+ * stacks the caller built, a user's own) is told that `stream` was synchronized and is going
+ * away (resource.c). */
+void dv_resources_stream_retired(devrt_runtime* rt, devrt_stream stream);
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
                             devrt_resource** top);
 

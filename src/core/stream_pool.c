@@ -90,7 +90,7 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
     dv_slot* sl = &rt->slots[p->slots[k]];
     rt->be->stream_sync(sl->s); /* on failure (a lost device) nothing more can run on it either */
     dv_events_retire(rt, p->slots[k]);
-    dv_stack_forget_slot(rt, p->slots[k]);
+    dv_resources_stream_retired(rt, DV_SID(rt->serial, p->slots[k], sl->lease));
     rt->be->stream_destroy(rt->dev, sl->s);
     sl->s = NULL;
     sl->pool = NULL;

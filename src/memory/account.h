@@ -113,34 +113,6 @@ uint64_t dv_budget_limit(const devrt_resource* r);
 uint64_t dv_budget_live(const devrt_resource* r);
 devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call);
 
-/* A stream slot's stream is going away, synchronized (partition teardown): the layers that keep
- * per-slot stream state retire it (async: its frees are complete; caching: its blocks may move
- * to any stream) and forget the stream. No-ops on other layers. */
-void dv_async_forget_slot(devrt_resource* r, unsigned slot);
-void dv_caching_forget_slot(devrt_resource* r, unsigned slot);
-/* Every async pool and caching layer alive, of any runtime, user-built stacks' too, is on one
- * process-wide list (stack.c) from its creation to its destroy, so dv_stack_forget_slot reaches
- * them all. A layer embeds the node. */
-typedef struct dv_slot_user {
-  devrt_resource* r;
-  struct dv_slot_user *prev, *next;
-} dv_slot_user;
-void dv_slot_user_add(dv_slot_user* u, devrt_resource* r);
-void dv_slot_user_remove(dv_slot_user* u);
-
-/* What the last deallocate on this thread that a recording layer (caching, async, simple: the
- * layers that keep a record per allocation) accepted found in its record: the allocation's tag
- * and its allocating thread's shard. A statistics layer directly over one reads it after its
- * upstream's deallocate returns, instead of keeping a pointer map of its own. */
-typedef struct dv_freed {
-  const char* tag;
-  unsigned shard;
-} dv_freed;
-extern DV_TLS dv_freed dv_last_freed;
-bool dv_async_is(const devrt_resource* r);
-bool dv_simple_is(const devrt_resource* r);
-bool dv_caching_is(const devrt_resource* r);
-
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
   q->live_bytes = dv_account_live(a);

@@ -24,12 +24,9 @@ enum {
   SIZE_BITS = 56
 };
 _Static_assert(sizeof(uintptr_t) == 8, "the live table indexes 64-bit addresses");
-_Static_assert(DV_SHARDS <= 256,
-               "an entry keeps the allocating thread's shard in its word's low byte");
 
 typedef struct entry {
-  _Atomic uint64_t
-      word; /* size << 8 | allocating thread's shard; 0: no live allocation starts here */
+  _Atomic uint64_t word;    /* size << 8 | 1; 0: no live allocation starts here */
   _Atomic(const char*) tag; /* stored before word (a release) */
 } entry;
 
@@ -89,7 +86,7 @@ static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
 
 static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
   atomic_store_explicit(&e->tag, v->tag, memory_order_relaxed);
-  atomic_store_explicit(&e->word, (uint64_t)size << 8 | v->shard, memory_order_release);
+  atomic_store_explicit(&e->word, (uint64_t)size << 8 | 1, memory_order_release);
 }
 
 DV_INLINE devrt_status dv_live_admit(dv_mem_account* a, const char* who, size_t size,
@@ -110,7 +107,7 @@ DV_INLINE devrt_status dv_live_track(dv_live_table* t, const char* who, void* p,
                                      const char* tag) {
   entry* e = entry_of(t, p, true);
   if (DV_UNLIKELY(!e || (uint64_t)size >> SIZE_BITS)) return track_refused(who, p, size);
-  entry_set(e, size, &(dv_live_entry){tag, dv_shard()});
+  entry_set(e, size, &(dv_live_entry){tag});
   return DEVRT_OK;
 }
 
@@ -134,10 +131,8 @@ DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, 
   while (w && w >> 8 == size) {
     out->tag = atomic_load_explicit(&e->tag, memory_order_relaxed);
     if (atomic_compare_exchange_weak_explicit(&e->word, &w, 0, memory_order_acquire,
-                                              memory_order_acquire)) {
-      out->shard = (unsigned)(w & 0xff);
+                                              memory_order_acquire))
       return DEVRT_OK;
-    }
   }
   return take_refused(who, p, size, w >> 8);
 }
@@ -186,7 +181,6 @@ typedef struct async_res {
   pthread_mutex_t ev_mu;   /* the free list of events (never destroyed before destroy) */
   dv_event** evs;
   unsigned nev, evcap;
-  dv_slot_user user; /* on the list of layers told when a slot's stream goes away */
   _Alignas(DV_LINE) dv_slotset pending; /* slots off every cur that may hold frees not retired */
 } async_res;
 _Static_assert(DV_SLOTSET_WORDS * 64 == DV_SID_SLOTS, "a slot set holds every slot");
@@ -370,8 +364,8 @@ static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
   atomic_store_explicit(cur, i + 1, memory_order_release);
 }
 
-static DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
-                                             const char* tag, void** out) {
+static DV_HOT devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
+                                          const char* tag, void** out) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -390,8 +384,8 @@ static DV_HOT devrt_status dv_async_allocate(devrt_resource* self, size_t size, 
   return DEVRT_OK;
 }
 
-static DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, size_t size,
-                                               devrt_stream stream) {
+static DV_HOT devrt_status async_deallocate_tagged(devrt_resource* self, void* p, size_t size,
+                                                   devrt_stream stream, const char** tag) {
   async_res* a = (async_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -404,7 +398,7 @@ static DV_HOT devrt_status dv_async_deallocate(devrt_resource* self, void* p, si
     return st;
   }
   uint64_t rounded = dv_round(self->account, size);
-  dv_last_freed = (dv_freed){e.tag, e.shard};
+  *tag = e.tag;
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
   _Atomic uint64_t* row = &a->freed[(size_t)k * a->stride];
@@ -444,7 +438,6 @@ static void async_free(async_res* a) {
 }
 
 static void async_destroy(devrt_resource* self) {
-  dv_slot_user_remove(&((async_res*)self)->user);
   uint64_t n = 0;
   async_reap(self, DEVRT_REAP_WAIT, &n); /* a failure leaves nothing more to do than free */
   async_free((async_res*)self);
@@ -496,15 +489,24 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   return DEVRT_OK;
 }
 
+static DV_HOT devrt_status async_deallocate(devrt_resource* self, void* p, size_t size,
+                                            devrt_stream stream) {
+  const char* tag;
+  return async_deallocate_tagged(self, p, size, stream, &tag);
+}
+
+static void async_stream_retired(devrt_resource* r, devrt_stream stream);
+
 static const devrt_resource_vtable async_vtable = {
-    .allocate = dv_async_allocate,
-    .deallocate = dv_async_deallocate,
+    .allocate = async_allocate,
+    .deallocate = async_deallocate,
     .query = async_query,
     .reap = async_reap,
     .trim = async_trim,
     .destroy = async_destroy,
+    .deallocate_tagged = async_deallocate_tagged,
+    .stream_retired = async_stream_retired,
 };
-bool dv_async_is(const devrt_resource* r) { return r->vtable == &async_vtable; }
 
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_async_resource_create");
@@ -534,14 +536,14 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
     async_free(a);
     return st;
   }
-  dv_slot_user_add(&a->user, &a->base);
   *out = &a->base;
   return DEVRT_OK;
 }
 
-void dv_async_forget_slot(devrt_resource* r, unsigned slot) {
-  if (!dv_async_is(r)) return;
+/* The slot's stream was synchronized: every free on it is complete, and retired here. */
+static void async_stream_retired(devrt_resource* r, devrt_stream stream) {
   async_res* a = (async_res*)r;
+  unsigned slot = DV_SID_SLOT(stream);
   aslot* sl = &a->slots[slot];
   dv_mem_account* acc = r->account;
   pthread_mutex_lock(&sl->mu);

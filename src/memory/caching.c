@@ -25,9 +25,8 @@ typedef struct blk {
   void* ptr;
   struct blk *hnext, *prev, *next; /* hash chain (its shard's mu); free list (its slot's mu) */
   uint64_t cls, rsize, epoch;      /* class size (upstream's size), accounted bytes, free epoch */
-  const char* tag;                 /* the allocation's, and its thread's shard: for dv_last_freed */
-  unsigned shard;                  /* (both written before `state` turns LIVE, with release) */
-  _Atomic size_t req;              /* the size the caller asked for */
+  const char* tag;    /* the allocation's (written before `state` turns LIVE, with release) */
+  _Atomic size_t req; /* the size the caller asked for */
   _Atomic unsigned char state;
   unsigned char cidx; /* class index, BIG: passed straight through */
 } blk;
@@ -78,7 +77,6 @@ typedef struct cache {
   slot* slots;           /* o, slots and nslots: set at creation */
   unsigned nslots;       /* the runtime's slots: pool, its own, partitions' */
   _Atomic uint64_t held; /* cached bytes of this layer (for max_cached_bytes) */
-  dv_slot_user user;     /* on the list of layers told when a slot's stream goes away */
   cindex ix[NCLS];
   shard sh[NSHARD];
 } cache;
@@ -363,7 +361,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
     }
     if (!b) b = take_other(c, si, ci, bs);
     if (b) {
-      b->tag = tag, b->shard = dv_shard();
+      b->tag = tag;
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
       atomic_store_explicit(&b->state, LIVE, memory_order_release);
       if (c->o.max_cached_bytes)
@@ -386,8 +384,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
     st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
                  "caching allocate: out of host memory for a block record");
   } else {
-    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci, b->tag = tag,
-    b->shard = dv_shard();
+    b->ptr = p, b->cls = cls, b->rsize = rsize, b->cidx = (unsigned char)ci, b->tag = tag;
     atomic_init(&b->req, size);
     atomic_init(&b->state, LIVE);
     st = hash_insert(c, b);
@@ -401,8 +398,8 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   return DEVRT_OK;
 }
 
-DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size,
-                                              devrt_stream stream) {
+DV_HOT static devrt_status caching_deallocate_tagged(devrt_resource* self, void* ptr, size_t size,
+                                                     devrt_stream stream, const char** tag) {
   cache* c = (cache*)self;
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
@@ -429,7 +426,7 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
     dv_spin_unlock(&sh->mu);
     return st;
   }
-  dv_freed freed = {b->tag, b->shard};
+  const char* freed = b->tag;
   bool keep = b->cidx != BIG;
   if (keep && c->o.max_cached_bytes &&
       atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed) + b->rsize >
@@ -449,7 +446,7 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
     dv_spin_lock(&s->mu);
     s->bs = bs, push_head(c, s, b);
     dv_spin_unlock(&s->mu);
-    dv_last_freed = freed;
+    *tag = freed;
     return DEVRT_OK;
   }
   st = UP_DEALLOCATE(self, ptr, (size_t)b->cls, stream);
@@ -460,7 +457,7 @@ DV_HOT static devrt_status caching_deallocate(devrt_resource* self, void* ptr, s
   }
   own_release(c, b->rsize);
   free(b);
-  dv_last_freed = freed;
+  *tag = freed;
   return DEVRT_OK;
 }
 
@@ -565,7 +562,6 @@ static devrt_status caching_query(devrt_resource* self, devrt_resource_figures* 
 
 static void caching_destroy(devrt_resource* self) {
   cache* c = (cache*)self;
-  dv_slot_user_remove(&c->user);
   devrt_runtime* rt = self->rt;
   uint64_t n = 0;
   if (dv_rt_ok(rt)) release_all(c, &n);
@@ -590,6 +586,14 @@ static void caching_destroy(devrt_resource* self) {
   free(c);
 }
 
+static DV_HOT devrt_status caching_deallocate(devrt_resource* self, void* ptr, size_t size,
+                                              devrt_stream stream) {
+  const char* tag;
+  return caching_deallocate_tagged(self, ptr, size, stream, &tag);
+}
+
+static void caching_stream_retired(devrt_resource* r, devrt_stream stream);
+
 static const devrt_resource_vtable caching_vtable = {
     .allocate = caching_allocate,
     .deallocate = caching_deallocate,
@@ -597,8 +601,9 @@ static const devrt_resource_vtable caching_vtable = {
     .reap = caching_reap,
     .trim = caching_trim,
     .destroy = caching_destroy,
+    .deallocate_tagged = caching_deallocate_tagged,
+    .stream_retired = caching_stream_retired,
 };
-bool dv_caching_is(const devrt_resource* r) { return r->vtable == &caching_vtable; }
 
 devrt_status devrt_caching_resource_create(devrt_resource* upstream,
                                            const devrt_caching_options* opts,
@@ -614,8 +619,11 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
     free(c), free(sl);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_caching_resource_create: out of host memory");
   }
+  c->slots = sl, c->nslots = rt->nslots; /* before init: stream_retired may come from then on */
+  for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1, pthread_mutex_init(&sl[i].fmu, NULL);
   devrt_status st = devrt_resource_init(&c->base, &caching_vtable, "caching", rt, upstream);
   if (st != DEVRT_OK) {
+    for (unsigned i = 0; i < rt->nslots; i++) pthread_mutex_destroy(&sl[i].fmu);
     free(c), free(sl);
     return st;
   }
@@ -623,16 +631,13 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
   if (!c->base.account)
     dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
-  c->slots = sl, c->nslots = rt->nslots;
-  for (unsigned i = 0; i < rt->nslots; i++) sl[i].open = 1, pthread_mutex_init(&sl[i].fmu, NULL);
-  dv_slot_user_add(&c->user, &c->base);
   *out = &c->base;
   return DEVRT_OK;
 }
 
-void dv_caching_forget_slot(devrt_resource* r, unsigned i) {
-  if (!dv_caching_is(r)) return;
-  slot* t = &((cache*)r)->slots[i];
+/* The slot's stream was synchronized: every free on it is complete. */
+static void caching_stream_retired(devrt_resource* r, devrt_stream stream) {
+  slot* t = &((cache*)r)->slots[DV_SID_SLOT(stream)];
   pthread_mutex_lock(&t->fmu); /* no record on the old stream is in flight past this */
   dv_spin_lock(&t->mu);
   atomic_store_explicit(&t->done, t->open++, memory_order_release); /* all frees so far: done */

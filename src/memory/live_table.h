@@ -1,4 +1,4 @@
-/* live_table.h (internal): the leaves' table of live allocations, ptr -> {size, tag, shard}, a
+/* live_table.h (internal): the leaves' table of live allocations, ptr -> {size, tag}, a
  * lock-free directory indexed by address. Implemented in async.c, shared with simple.c. A free
  * takes the entry out (one compare-and-swap) before freeing the memory (a concurrent double free
  * then sees it gone, and the pool cannot hand the address out again before that) and puts it back
@@ -14,11 +14,9 @@ typedef struct dv_live_table dv_live_table;
 
 devrt_status dv_live_create(const char* who, dv_live_table** out);
 void dv_live_destroy(dv_live_table* t);
-/* What a live allocation records besides its size: its tag and the allocating thread's shard
- * (account.h; the statistics layer above reads them back). */
+/* What a live allocation records besides its size: its tag (deallocate_tagged reports it). */
 typedef struct dv_live_entry {
   const char* tag;
-  unsigned shard;
 } dv_live_entry;
 /* Takes the entry of p, allocated with exactly `size` bytes, out of the table into *out. Else
  * INVALID_ARGUMENT: "<who> deallocate: ..." (unknown pointer, double free or wrong size). */

@@ -190,8 +190,11 @@ static void lg_destroy(devrt_resource* self) {
   free(L);
 }
 
-static const devrt_resource_vtable lg_vtable = {lg_allocate, lg_deallocate, lg_query,
-                                                lg_reap,     NULL,          lg_destroy};
+static const devrt_resource_vtable lg_vtable = {.allocate = lg_allocate,
+                                                .deallocate = lg_deallocate,
+                                                .query = lg_query,
+                                                .reap = lg_reap,
+                                                .destroy = lg_destroy};
 
 devrt_status devrt_logging_resource_create(devrt_resource* upstream,
                                            const devrt_logging_options* opts,

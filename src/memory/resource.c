@@ -10,7 +10,6 @@
 /* ---- the shared account (account.h) ---- */
 
 DV_TLS unsigned dv_tshard = DV_SHARDS;
-DV_TLS dv_freed dv_last_freed;
 static _Atomic uint64_t owned;       /* bit i: owned shard i is taken by a live thread */
 static _Atomic unsigned next_shared; /* round robin over the shared shards */
 _Atomic unsigned dv_shard_span;
@@ -90,6 +89,47 @@ devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t 
                  atomic_load_explicit(&a->limit, memory_order_relaxed));
 }
 
+/* ---- layers told of retired streams ---- */
+
+/* Every live resource whose vtable has stream_retired, of every runtime. A mutex, held while the
+ * layers run the entry (they may query events: driver calls); taken only at a resource's
+ * creation and destroy and when a stream is retired. */
+typedef struct retiree {
+  devrt_resource* r;
+  struct retiree* next;
+} retiree;
+static pthread_mutex_t retirees_mu = PTHREAD_MUTEX_INITIALIZER;
+static retiree* retirees; /* guarded by retirees_mu */
+
+static devrt_status retiree_add(devrt_resource* r) {
+  retiree* n = malloc(sizeof *n);
+  if (!n) {
+    if (r->upstream) __atomic_fetch_sub(&r->upstream->refs, 1, __ATOMIC_RELAXED);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_resource_init: out of host memory");
+  }
+  pthread_mutex_lock(&retirees_mu);
+  n->r = r, n->next = retirees, retirees = n;
+  pthread_mutex_unlock(&retirees_mu);
+  return DEVRT_OK;
+}
+
+static void retiree_remove(devrt_resource* r) {
+  pthread_mutex_lock(&retirees_mu);
+  retiree** at = &retirees;
+  while (*at && (*at)->r != r) at = &(*at)->next;
+  retiree* n = *at;
+  if (n) *at = n->next;
+  pthread_mutex_unlock(&retirees_mu);
+  free(n);
+}
+
+void dv_resources_stream_retired(devrt_runtime* rt, devrt_stream stream) {
+  pthread_mutex_lock(&retirees_mu);
+  for (retiree* n = retirees; n; n = n->next)
+    if (n->r->rt == rt) n->r->vtable->stream_retired(n->r, stream);
+  pthread_mutex_unlock(&retirees_mu);
+}
+
 devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vt,
                                  const char* name, devrt_runtime* rt, devrt_resource* upstream) {
   DV_ARG_CHECK(r && vt && vt->allocate && vt->deallocate && vt->destroy, "devrt_resource_init",
@@ -108,7 +148,7 @@ devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable*
   r->upstream = upstream;
   r->account = upstream ? upstream->account : r->account;
   __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE);
-  return DEVRT_OK;
+  return vt->stream_retired ? retiree_add(r) : DEVRT_OK;
 }
 
 devrt_status devrt_resource_retain(devrt_resource* r) {
@@ -121,6 +161,7 @@ devrt_status devrt_resource_release(devrt_resource* r) {
   DV_RES_CHECK(r, "devrt_resource_release");
   while (r && __atomic_fetch_sub(&r->refs, 1, __ATOMIC_ACQ_REL) == 1) {
     devrt_resource* up = r->upstream;
+    if (r->vtable->stream_retired) retiree_remove(r);
     r->vtable->destroy(r);
     r = up;
   }

@@ -32,8 +32,8 @@ static devrt_status simple_allocate(devrt_resource* self, size_t size, devrt_str
   return DEVRT_OK;
 }
 
-static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size,
-                                      devrt_stream stream) {
+static devrt_status simple_deallocate_tagged(devrt_resource* self, void* p, size_t size,
+                                             devrt_stream stream, const char** tag) {
   simple_res* r = (simple_res*)self;
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
@@ -47,7 +47,7 @@ static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size
     return st;
   }
   uint64_t rounded = dv_round(self->account, size);
-  dv_last_freed = (dv_freed){e.tag, e.shard};
+  *tag = e.tag;
   dv_account_release(self->account, rounded);
   return DEVRT_OK;
 }
@@ -76,6 +76,12 @@ static void simple_destroy(devrt_resource* self) {
   free(r);
 }
 
+static devrt_status simple_deallocate(devrt_resource* self, void* p, size_t size,
+                                      devrt_stream stream) {
+  const char* tag;
+  return simple_deallocate_tagged(self, p, size, stream, &tag);
+}
+
 static const devrt_resource_vtable simple_vtable = {
     .allocate = simple_allocate,
     .deallocate = simple_deallocate,
@@ -83,8 +89,8 @@ static const devrt_resource_vtable simple_vtable = {
     .reap = simple_reap,
     .trim = simple_trim,
     .destroy = simple_destroy,
+    .deallocate_tagged = simple_deallocate_tagged,
 };
-bool dv_simple_is(const devrt_resource* r) { return r->vtable == &simple_vtable; }
 
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_simple_resource_create");

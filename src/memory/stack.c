@@ -82,36 +82,3 @@ void dv_stack_fini(devrt_runtime* rt) {
   devrt_resource* r = atomic_exchange(&rt->stack, NULL);
   if (r) devrt_resource_release(r);
 }
-
-/* The list of layers with per-slot state. A mutex held while each layer forgets a slot, which
- * can query its events (driver calls): it is taken only at creation, destroy and slot teardown. */
-static pthread_mutex_t slot_users_mu = PTHREAD_MUTEX_INITIALIZER;
-static dv_slot_user* slot_users; /* guarded by slot_users_mu */
-
-void dv_slot_user_add(dv_slot_user* u, devrt_resource* r) {
-  pthread_mutex_lock(&slot_users_mu);
-  u->r = r, u->prev = NULL, u->next = slot_users;
-  if (slot_users) slot_users->prev = u;
-  slot_users = u;
-  pthread_mutex_unlock(&slot_users_mu);
-}
-
-void dv_slot_user_remove(dv_slot_user* u) {
-  pthread_mutex_lock(&slot_users_mu);
-  if (u->prev)
-    u->prev->next = u->next;
-  else
-    slot_users = u->next;
-  if (u->next) u->next->prev = u->prev;
-  pthread_mutex_unlock(&slot_users_mu);
-}
-
-void dv_stack_forget_slot(devrt_runtime* rt, unsigned slot) {
-  pthread_mutex_lock(&slot_users_mu);
-  for (dv_slot_user* u = slot_users; u; u = u->next)
-    if (u->r->rt == rt) {
-      dv_async_forget_slot(u->r, slot);
-      dv_caching_forget_slot(u->r, slot);
-    }
-  pthread_mutex_unlock(&slot_users_mu);
-}

@@ -2,11 +2,11 @@
  * and per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes).
  * Counters rise after upstream's allocate succeeded. Over a recording layer (caching, async,
  * simple) they fall once its deallocate accepted the free, by the tag of its record
- * (dv_last_freed); over any other upstream this layer keeps a sharded pointer map (ptr -> size,
- * tag) and they fall before the free (restored if it is refused). Every counter sits under one
- * short lock, so every figure, peaks included, is exact: each update is one step of a single order
- * of the calls. Tags are found by their address in a table read lock-free (st_find); a new address
- * takes a mutex and is matched by its text; texts past ST_TAGS share "(other)". */
+ * (its deallocate_tagged); over any other upstream this layer keeps a sharded pointer map (ptr ->
+ * size, tag) and they fall before the free (restored if it is refused). Every counter sits under
+ * one short lock, so every figure, peaks included, is exact: each update is one step of a single
+ * order of the calls. Tags are found by their address in a table read lock-free (st_find); a new
+ * address takes a mutex and is matched by its text; texts past ST_TAGS share "(other)". */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -247,14 +247,14 @@ static DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, 
 }
 
 /* Over a recording layer the counters fall once its deallocate accepted the free, by its record
- * (dv_last_freed); over any other upstream by this layer's pointer map, before the free (restored
- * if upstream refuses it). */
+ * (its deallocate_tagged); over any other upstream by this layer's pointer map, before the free
+ * (restored if upstream refuses it). */
 static DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, size_t size,
                                                devrt_stream stream) {
   dv_stats* S = (dv_stats*)self;
   if (DV_UNLIKELY(S->shards)) return map_deallocate(S, ptr, size, stream);
-  DV_CHECK(UP_DEALLOCATE(self, ptr, size, stream));
-  const char* tag = dv_last_freed.tag;
+  const char* tag = NULL;
+  DV_CHECK(self->upstream->vtable->deallocate_tagged(self->upstream, ptr, size, stream, &tag));
   st_count(S, st_tag_of(S, tag ? tag : "untagged"), size, -1, false);
   return DEVRT_OK;
 }
@@ -277,8 +277,10 @@ static void st_destroy(devrt_resource* self) {
   free(S);
 }
 
-static const devrt_resource_vtable stats_vtable = {
-    dv_stats_allocate, dv_stats_deallocate, st_query, NULL, NULL, st_destroy};
+static const devrt_resource_vtable stats_vtable = {.allocate = dv_stats_allocate,
+                                                   .deallocate = dv_stats_deallocate,
+                                                   .query = st_query,
+                                                   .destroy = st_destroy};
 
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out) {
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
@@ -288,7 +290,7 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   if (!S)
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
-  bool records = dv_caching_is(upstream) || dv_async_is(upstream) || dv_simple_is(upstream);
+  bool records = upstream->vtable->deallocate_tagged != NULL;
   if (!(S->slots = calloc(ST_SLOTS, sizeof *S->slots)) ||
       !(S->tags = calloc(ST_TAGS, sizeof *S->tags)) ||
       (!records && !(S->shards = dv_zalloc_lines(sizeof(st_shard) * ST_SHARDS)))) {

@@ -52,8 +52,11 @@ static devrt_status fake_trim(devrt_resource* r, uint64_t* released) {
   return DEVRT_OK;
 }
 static void fake_destroy(devrt_resource* r) { free(r); }
-static const devrt_resource_vtable fake_vt = {fake_alloc, fake_free, fake_query,
-                                              NULL,       fake_trim, fake_destroy};
+static const devrt_resource_vtable fake_vt = {.allocate = fake_alloc,
+                                              .deallocate = fake_free,
+                                              .query = fake_query,
+                                              .trim = fake_trim,
+                                              .destroy = fake_destroy};
 
 static devrt_resource* make_fake(devrt_runtime* rt, fake** fo) {
   fake* f = aligned_alloc(_Alignof(fake), sizeof *f);

@@ -84,8 +84,11 @@ static void fake_destroy(devrt_resource* self) {
   free(f);
 }
 
-static const devrt_resource_vtable fake_vt = {fake_allocate, fake_deallocate, fake_query, fake_reap,
-                                              NULL,          fake_destroy};
+static const devrt_resource_vtable fake_vt = {.allocate = fake_allocate,
+                                              .deallocate = fake_deallocate,
+                                              .query = fake_query,
+                                              .reap = fake_reap,
+                                              .destroy = fake_destroy};
 
 static devrt_resource* fake_new(devrt_runtime* rt) {
   fake* f = calloc(1, sizeof *f);

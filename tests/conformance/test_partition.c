@@ -736,17 +736,44 @@ static void test_frees_outlive_streams(void) {
   CHECK_OK(devrt_runtime_destroy(r));
 }
 
+/* A user's layer takes part through its vtable: a pass-through that counts retired streams. */
+typedef struct retire_counter {
+  devrt_resource r;
+  unsigned retired;
+  devrt_stream watch;
+  bool seen;
+} retire_counter;
+static devrt_status rc_alloc(devrt_resource* r, size_t n, devrt_stream s, const char* tag,
+                             void** out) {
+  return devrt_resource_allocate(r->upstream, n, s, tag, out);
+}
+static devrt_status rc_free(devrt_resource* r, void* p, size_t n, devrt_stream s) {
+  return devrt_resource_deallocate(r->upstream, p, n, s);
+}
+static void rc_retired(devrt_resource* r, devrt_stream s) {
+  retire_counter* c = (retire_counter*)r;
+  c->retired++, c->seen |= s == c->watch;
+}
+static void rc_destroy(devrt_resource* r) { (void)r; }
+static const devrt_resource_vtable rc_vt = {.allocate = rc_alloc,
+                                            .deallocate = rc_free,
+                                            .destroy = rc_destroy,
+                                            .stream_retired = rc_retired};
+
 /* A stack the caller built (caching over an async pool) keeps per-stream state too: once a
  * layout's streams are gone, it must not record on them (its trim closes every stream's epoch). */
 static void test_own_stack_outlives_streams(void) {
   devrt_resource *a = NULL, *c = NULL;
   REQUIRE_OK(devrt_async_resource_create(rt, &a));
   REQUIRE_OK(devrt_caching_resource_create(a, NULL, &c));
+  retire_counter rc = {0};
+  REQUIRE_OK(devrt_resource_init(&rc.r, &rc_vt, "retire-counter", rt, c));
   unsigned n[] = {8, 8};
   devrt_layout_spec sp = {.sm_counts = n, .count = 2};
   devrt_layout* L = NULL;
   REQUIRE_OK(mk_layout(&sp, &L));
   devrt_stream s = pstream(part(L, 0));
+  rc.watch = s;
   void *q = NULL, *q2 = NULL;
   CHECK_OK(devrt_resource_allocate(c, MiB, s, "own", &q));
   CHECK_OK(devrt_resource_allocate(a, MiB, s, "own", &q2));
@@ -754,6 +781,9 @@ static void test_own_stack_outlives_streams(void) {
   if (q2) CHECK_OK(devrt_resource_deallocate(a, q2, MiB, s)); /* pending on it */
   CHECK_OK(devrt_stream_release(rt, s));
   rm_layout(L);
+  printf("a user layer was told of %u retired streams\n", rc.retired);
+  CHECK(rc.retired >= 2 && rc.seen);       /* every stream of both partitions, s among them */
+  CHECK_OK(devrt_resource_release(&rc.r)); /* leaves c, which the caller still holds */
   uint64_t released = 0, reaped = 0;
   CHECK_OK(devrt_resource_trim(c, &released)); /* closed no epoch on the destroyed stream */
   CHECK(released == MiB);
