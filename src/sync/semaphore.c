@@ -260,7 +260,9 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
   }
   pthread_mutex_unlock(&s->mu);
   free(t);
-  if (kick) dv_queue_kick(s->rt, s);
+  /* Issued on this thread when it is free to (a submitting thread; inside a release the issue
+   * mutex is held, so the dispatch thread takes the next level); not this call's failure. */
+  if (kick) DV_KEEP_ERROR(dv_queue_kick_here(s->rt, s));
   if (probe) observe(s, probe, pv);
 }
 
