@@ -1,6 +1,6 @@
-/* block.h (internal): the pooled, reference-counted events that mark stream points (events.c),
- * and the use-tracking steps blocks and recorded launches share (block.c): pin the blocks a
- * piece of work touches and gather the waits it needs, then record where it ends. */
+/* block.h (internal): the use-tracking steps blocks and recorded launches share (block.c): pin the
+ * blocks a piece of work touches and gather the waits it needs, then record where it ends. Stream
+ * points (marks) come from the timeline (src/timeline). */
 #ifndef DEVRT_BLOCK_INTERNAL_H
 #define DEVRT_BLOCK_INTERNAL_H
 
@@ -8,107 +8,8 @@
 #include "../core/runtime.h"
 #include "../core/spin.h"
 
-/* A point in one stream slot's work (a mark). Marks of one slot are numbered in the order of the
- * work they follow, so the newest covers the older ones. A launch's mark is lazy: its event is
- * recorded only when something needs it (a wait from another slot), at a point at or
- * after the work it marks; devrt records it before enqueuing more on the slot if anything still
- * refers to it, so the point stays exact (foreign work on the native stream can only delay it). */
-typedef struct dv_pev {
-  _Alignas(64) dv_event* ev;
-  _Atomic uint32_t refs;
-  uint32_t slot;
-  _Atomic uint64_t seq; /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
-  _Atomic uint8_t rec;  /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
-  struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
-} dv_pev;
-/* A mark is LAZY until something needs it; one thread then holds it RECORDING while it records
- * the event (RECORDED) or, finding the point already complete, settles it as DONE without a
- * record. Only a LAZY mark can move (the repeat path holds it RECORDING while it does), so a
- * RECORDED or DONE mark's seq is final. */
-enum { DV_PEV_LAZY, DV_PEV_RECORDING, DV_PEV_RECORDED, DV_PEV_DONE };
-
-/* What one piece of work on a slot adds to the slot's counters: gathered on the way, added
- * under the slot's lock once (with the mark when there is one), so a launch takes no atomic
- * add per counter; v adds them as one vector. */
-typedef union dv_counts {
-  struct {
-    uint64_t waits, same, complete, coalesced, grouped, repeats, launches, late;
-  };
-  uint64_t v[8];
-} dv_counts;
-
-/* Per stream slot: the mark lock (so seq follows the stream's order even when threads share a
- * stream), the free events, the completion watermark, and the counters of work on this slot.
- * Its first line holds what a launch on the slot reads and the next its counters; the second
- * DV_LINE unit what other slots' threads write or read (returned events, the watermark). */
-typedef struct dv_evslot {
-  _Alignas(DV_LINE) dv_spin mu;    /* a spin lock (take() drops it to create an event); but
-                                    * dv_pev_record records its event under it, so seq follows the
-                                    * stream: that record is still to move out */
-  _Atomic bool issuing;            /* held by the thread using `rep` */
-  _Atomic uint8_t rep_cold;        /* saves to skip: the repeated mark was needed elsewhere */
-  dv_pev* free;                    /* under mu */
-  _Atomic(dv_pev*) last;           /* the newest mark (holds a reference); written under mu */
-  _Atomic uint64_t seq;            /* written under mu; read without it only as a hint */
-  _Atomic(dv_pev*) rep_mark;       /* rep->mark, readable without `issuing` (a hint) */
-  _Atomic(struct dv_group*) group; /* the group the slot's last grouped launch used (a hint) */
-  struct dv_repeat* rep;           /* the last launch's uses, for the repeat path */
-  uint64_t deferred;               /* under mu */
-  dv_counts n;                     /* under mu: the totals */
-  _Alignas(DV_LINE) _Atomic(dv_pev*) back; /* events given back without the lock; taken under mu */
-  _Atomic uint64_t done_seq;               /* every event with seq <= this has completed */
-  _Atomic uint64_t created, allocs, frees;
-  uint64_t recorded, reused; /* under mu */
-  dv_pev* all;               /* every event of the slot, for teardown (under mu) */
-} dv_evslot;
-
-void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
-void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
-
 devrt_status dv_blocks_init(devrt_runtime* rt);
 void dv_blocks_fini(devrt_runtime* rt);
-
-/* events.c */
-/* Records a pooled event on stream s of `slot`; the caller owns one reference. */
-devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
-/* A lazy mark after the work just enqueued on `slot`; the caller owns one reference to it, and
- * the slot's reference to the previous newest mark (*old, may be NULL), to drop. Adds c to the
- * slot's counters either way. */
-devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, dv_pev** old,
-                         const dv_counts* c);
-/* Records p's event if it is a lazy mark not recorded yet (lock-free; one thread records). A
- * record is counted in *late, for the caller to add to its own slot's counters (the total is
- * what devrt_block_stats reports), or with late NULL on p's slot at once. */
-devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late);
-/* Makes s wait for p (nothing if p is known complete); late as for dv_pev_realize. */
-devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* late);
-/* Before devrt enqueues more work on `slot`: records its newest mark if it is lazy and referred
- * to by more than the slot itself and the `drops` references (to mark `of`) that the coming work
- * will replace. Lock-free when there is nothing to record. */
-devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of, uint32_t drops,
-                            uint64_t* late);
-/* The slot's newest mark, as a hint (no reference taken: pooled events are never freed). */
-static inline const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
-  return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);
-}
-/* The slot's stream was synchronized and is going away: every mark of it is complete. */
-void dv_events_retire(devrt_runtime* rt, unsigned slot);
-static inline void dv_pev_ref(dv_pev* p) {
-  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
-}
-void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n);
-static inline void dv_pev_unref(devrt_runtime* rt, dv_pev* p) { dv_pev_unref_n(rt, p, 1); }
-/* p is known to have completed (a poll or a synchronize saw its slot get past it) and its point
- * is final: a judgment that stays true, which is what may drop or skip a wait on it. A lazy mark
- * is never done here (it could still move); dv_pev_realize settles it. */
-bool dv_pev_done(devrt_runtime* rt, const dv_pev* p);
-/* p's slot got past p's point when last looked at (a snapshot, for reports only). */
-bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p);
-/* Queries each slot's newest event once and advances the slots' watermarks. */
-void dv_events_poll(devrt_runtime* rt);
-/* Stream synchronize hooks: the seq to mark done once the synchronize has returned. */
-uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot);
-void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq);
 
 /* block.c: the steps of a tracked use. */
 static inline bool dv_access_ok(devrt_access a) {

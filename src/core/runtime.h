@@ -7,36 +7,10 @@
 #include <stdatomic.h>
 #include "devrt/devrt.h"
 #include "../backend/backend.h"
+#include "../timeline/timeline.h"
 #include "slotset.h" /* issue 25: for `polls` */
 
 #define DV_RT_MAGIC 0x64657672745f7274ull /* "devrt_rt" */
-
-/* A stream id: runtime serial (20 bits) | slot (12 bits) | lease number of that slot (32 bits). */
-#define DV_SID_SERIAL(id) ((id) >> 44)
-#define DV_SID_SLOTS 4096u /* the slot table's length: every slot an id can name */
-#define DV_SID_SLOT(id) ((unsigned)((id) >> 32) & (DV_SID_SLOTS - 1))
-#define DV_SID(serial, slot, lease) \
-  (((uint64_t)(serial) << 44) | ((uint64_t)(slot) << 32) | (uint32_t)(lease))
-
-/* A bounded pool of stream slots: the runtime's own, or one partition's (src/partition). Its
- * fields are guarded by the runtime's pool_mu. */
-typedef struct dv_pool {
-  unsigned* slots; /* its slot indices */
-  unsigned n, created, in_use, share_next;
-  int free_head; /* -1: none free */
-  int priority;
-  dv_green* green;              /* where its streams run; NULL: the primary context */
-  struct devrt_partition* part; /* the partition it belongs to; NULL: the runtime's pool */
-} dv_pool;
-
-typedef struct dv_slot {
-  _Atomic uint64_t id; /* the live lease's id; 0 while free */
-  dv_stream* s;        /* created on the slot's first lease, then reused; set before id */
-  dv_pool* pool;       /* set before id; NULL for the runtime's own slot and unassigned ones */
-  uint32_t lease;      /* guarded by pool_mu */
-  unsigned holders;    /* guarded by pool_mu; >1 when shared */
-  int next_free;       /* guarded by pool_mu; -1 ends the list */
-} dv_slot;
 
 struct devrt_runtime {
   _Alignas(
@@ -47,7 +21,7 @@ struct devrt_runtime {
   dv_slot* slots; /* the pool's, the runtime's own (index npool), then the partitions'; DV_SID_SLOTS
                      entries, those past nslots never leased */
   unsigned npool, nslots;
-  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/block) */
+  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/timeline) */
   struct dv_blocks* blocks;  /* the block table (src/block) */
   devrt_config cfg;
   devrt_device_info info;
@@ -69,8 +43,8 @@ struct devrt_runtime {
 
   struct dv_queue* q; /* the submission queue and its threads (src/sync) */
   _Atomic uint64_t refused_launches, stale_refusals;
-  /* issue 25 (src/block/events.c's): the slots whose newest mark was recorded and not yet seen
-   * complete by dv_events_poll; added by a record, taken by the poll (atomic, lines of its own) */
+  /* the slots whose newest mark was recorded and not yet seen complete by dv_events_poll
+   * (src/timeline/marks.c): added by a record, taken by the poll (atomic, lines of its own) */
   _Alignas(DV_LINE) dv_slotset polls;
 };
 
@@ -109,7 +83,7 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
 /* The runtime's own stream (the slot past the pool), created on first call; never released. */
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 
-/* Stream pool lifecycle (stream_pool.c). */
+/* Stream pool lifecycle (src/timeline/streams.c). */
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 /* A partition's pool: n spare slots, each with a stream on `green` created now. */

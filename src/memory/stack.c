@@ -2,7 +2,6 @@
  * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
 #include "../core/runtime.h"
 #include "account.h"
-#include "../block/block.h"
 
 /* Pushes a decorator: on success *top is the new layer (holding the old one), else unchanged. */
 #define PUSH(top, call)                              \

@@ -1,7 +1,7 @@
 /* sync.h (internal): what timeline semaphores (semaphore.c), the submission queue with its dispatch
  * thread (queue.c) and the completion thread (completion.c) share. Lock order: the queue's issue
  * mutex, then the queue's mu, then a semaphore's mu, then the completion thread's cmu, an event
- * slot's mu (events.c) or a host waiter's mu.
+ * slot's mu (src/timeline/marks.c) or a host waiter's mu.
  *
  * Completion is observed lazily: a device signal's value is completed by whoever sees its event
  * done (a spinning host waiter, a query, the semaphore itself pruning old signals as new ones are

@@ -1,12 +1,11 @@
-/* stream_pool.c: bounded stream pools over the runtime's slot table: the runtime's pool, and
+/* streams.c: bounded stream pools over the runtime's slot table: the runtime's pool, and
  * each partition's (src/partition). Slots hold backend streams that are reused after release;
  * each lease gets a fresh process-unique id, so a released, foreign or made-up id is detected by
  * one atomic compare (dv_stream_get). One slot past the pool is the runtime's own
  * (dv_internal_stream): block frees go there; the slots after it are kept for partitions. */
 #include <inttypes.h>
 #include <stdlib.h>
-#include "runtime.h"
-#include "../block/block.h"
+#include "../core/runtime.h"
 
 static void push_free(dv_pool* p, unsigned i, dv_slot* slots) {
   slots[i].next_free = p->free_head;

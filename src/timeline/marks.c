@@ -1,4 +1,4 @@
-/* events.c: the per-slot pools of events that mark stream points for use tracking: recycled
+/* marks.c: the per-slot pools of events that mark stream points for use tracking: recycled
  * (no event creation on the hot path), reference counted (one launch's mark is shared by every
  * block it touched), ordered per slot, recorded lazily for launches (only once something needs
  * the point), with a completion watermark advanced by polls and synchronizes. */
@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include "block.h"
+#include "../core/runtime.h"
 
 static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   uint64_t cur = atomic_load_explicit(x, memory_order_relaxed);
@@ -251,4 +251,8 @@ void dv_events_retire(devrt_runtime* rt, unsigned slot) {
    * stream: wait for it outside the lock (the slot's stream is not destroyed before). */
   for (dv_pev* p = all; p; p = p->all)
     while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
+}
+
+const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
+  return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);
 }
