@@ -51,8 +51,6 @@ DV_HOT static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot,
   return DEVRT_OK;
 }
 
-static void give_locked(dv_evslot* es, dv_pev* p) { p->next = es->free, es->free = p; }
-
 /* Numbers p as the slot's newest point (under es->mu); returns the previous newest. */
 DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
@@ -123,24 +121,33 @@ DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pe
   return st;
 }
 
-/* One critical section records an event and numbers it, so seq follows the stream. */
+/* A mark recorded at once. It is numbered and published under the slot's lock, so seq follows the
+ * stream, as RECORDING; the record comes after the lock (no driver call under a spin lock), at a
+ * point at or after the one its seq names, as a lazy mark's record is, and a thread that needs it
+ * meanwhile waits for RECORDED in dv_pev_realize. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out) {
   dv_evslot* es = &rt->evslots[slot];
-  dv_pev* p = NULL;
-  devrt_status st = dv_slot_settle(rt, slot, NULL, 0, NULL);
+  dv_pev *p = NULL, *old = NULL;
+  DV_CHECK(dv_slot_settle(rt, slot, NULL, 0, NULL));
   dv_spin_lock(&es->mu);
-  if (st == DEVRT_OK) st = take(rt, es, slot, &p);
-  if (st == DEVRT_OK && (st = rt->be->event_record(p->ev, s)) != DEVRT_OK) give_locked(es, p);
-  dv_pev* old = NULL;
+  devrt_status st = take(rt, es, slot, &p);
   if (st == DEVRT_OK) {
-    atomic_store_explicit(&p->rec, DV_PEV_RECORDED, memory_order_relaxed);
+    atomic_store_explicit(&p->rec, DV_PEV_RECORDING, memory_order_relaxed);
     old = publish(es, p);
     es->recorded++;
   }
   dv_spin_unlock(&es->mu);
-  if (st != DEVRT_OK) return st;
-  dv_slotset_add(&rt->polls, slot); /* after the mark is published: see the poll */
   if (old) dv_pev_unref(rt, old);
+  if (st != DEVRT_OK) return st;
+  st = rt->be->event_record(p->ev, s);
+  /* failed: left lazy, for a later need to record on the slot's stream */
+  atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY,
+                        memory_order_release);
+  if (st != DEVRT_OK) {
+    dv_pev_unref(rt, p);
+    return st;
+  }
+  dv_slotset_add(&rt->polls, slot); /* after the state: see the poll */
   *out = p;
   return DEVRT_OK;
 }

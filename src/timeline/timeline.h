@@ -73,9 +73,8 @@ typedef union dv_counts {
  * Its first line holds what a launch on the slot reads and the next its counters; the second
  * DV_LINE unit what other slots' threads write or read (returned events, the watermark). */
 typedef struct dv_evslot {
-  _Alignas(DV_LINE) dv_spin mu;    /* a spin lock (take() drops it to create an event); but
-                                    * dv_pev_record records its event under it, so seq follows the
-                                    * stream: that record is still to move out */
+  _Alignas(DV_LINE) dv_spin mu;    /* a spin lock: no driver call under it (take() drops it to
+                                    * create an event, dv_pev_record records after it) */
   _Atomic bool issuing;            /* held by the thread using `rep` */
   _Atomic uint8_t rep_cold;        /* saves to skip: the repeated mark was needed elsewhere */
   dv_pev* free;                    /* under mu */
