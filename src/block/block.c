@@ -14,7 +14,7 @@ enum {
   CHUNK_BITS = 12,
   CHUNK = 1 << CHUNK_BITS,
   NCHUNKS = 4096,
-  NSHARD = 16,
+  NSTRIPE = 16,
   INLINE_READERS = 3,
   GROUP_SMALL = 2,
   GROUP_MAX = 64,
@@ -87,17 +87,17 @@ typedef struct dv_blk {
   dv_track t;
 } dv_blk;
 
-typedef struct shard { /* free indices, guarded by mu (a mutex: give_index may realloc under it) */
+typedef struct stripe { /* free indices, guarded by mu (a mutex: give_index may realloc under it) */
   _Alignas(64) pthread_mutex_t mu;
   uint32_t* idx;
   unsigned n, cap;
-} shard;
+} stripe;
 
 struct dv_blocks {
   _Atomic uint32_t next; /* indices handed out so far (first: every lookup reads it) */
   _Atomic(dv_blk*) chunk[NCHUNKS];
   pthread_mutex_t grow_mu;
-  shard sh[NSHARD];
+  stripe free[NSTRIPE];             /* free indices, striped by the hint (a stream slot) */
   pthread_mutex_t group_mu;         /* the group pool */
   dv_group *groups[2], *all_groups; /* pools: [big] */
 };
@@ -136,7 +136,7 @@ devrt_status dv_blocks_init(devrt_runtime* rt) {
   }
   pthread_mutex_init(&rt->blocks->grow_mu, NULL);
   pthread_mutex_init(&rt->blocks->group_mu, NULL);
-  for (unsigned i = 0; i < NSHARD; i++) pthread_mutex_init(&rt->blocks->sh[i].mu, NULL);
+  for (unsigned i = 0; i < NSTRIPE; i++) pthread_mutex_init(&rt->blocks->free[i].mu, NULL);
   return DEVRT_OK;
 }
 
@@ -156,9 +156,9 @@ void dv_blocks_fini(devrt_runtime* rt) {
     free(g);
   }
   pthread_mutex_destroy(&t->group_mu);
-  for (unsigned i = 0; i < NSHARD; i++) {
-    free(t->sh[i].idx);
-    pthread_mutex_destroy(&t->sh[i].mu);
+  for (unsigned i = 0; i < NSTRIPE; i++) {
+    free(t->free[i].idx);
+    pthread_mutex_destroy(&t->free[i].mu);
   }
   pthread_mutex_destroy(&t->grow_mu);
   free(t);
@@ -178,9 +178,9 @@ static dv_blk* at(struct dv_blocks* t, uint32_t i) {
   return ch ? &ch[i & (CHUNK - 1)] : NULL;
 }
 
-/* A free index: the shard's list first, else a fresh one (its chunk created if need be). */
+/* A free index: the stripe's list first, else a fresh one (its chunk created if need be). */
 static devrt_status take_index(struct dv_blocks* t, unsigned hint, uint32_t* out) {
-  shard* s = &t->sh[hint % NSHARD];
+  stripe* s = &t->free[hint % NSTRIPE];
   pthread_mutex_lock(&s->mu);
   bool got = s->n > 0;
   if (got) *out = s->idx[--s->n];
@@ -211,7 +211,7 @@ static devrt_status take_index(struct dv_blocks* t, unsigned hint, uint32_t* out
 }
 
 static void give_index(struct dv_blocks* t, uint32_t i) {
-  shard* s = &t->sh[i % NSHARD];
+  stripe* s = &t->free[i % NSTRIPE];
   pthread_mutex_lock(&s->mu);
   if (s->n == s->cap) {
     unsigned cap = s->cap ? s->cap * 2 : 64;
@@ -280,6 +280,10 @@ static pthread_once_t room_once = PTHREAD_ONCE_INIT;
 static void room_key_make(void) { pthread_key_create(&room_key, free); }
 static _Thread_local dv_wait* room; /* this thread's buffer (also under room_key, to free it) */
 static _Thread_local unsigned room_n;
+
+devrt_status dv_waits_refused(devrt_runtime* rt) {
+  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", rt->nslots);
+}
 
 dv_wait* dv_wait_room(unsigned n) {
   if (DV_LIKELY(n <= room_n)) return room;
@@ -1102,7 +1106,8 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s) {
   unsigned slot = DV_SID_SLOT(fs);
   devrt_status st = DEVRT_OK;
-  WAIT_BUF(rt, w); /* before the lock: it may return */
+  WAIT_BUF(rt, w); /* before the lock */
+  if (!w) return dv_waits_refused(rt);
   dv_blk* b = get_tracked(rt, h, "devrt_block_free", &st);
   if (b && b->pins) {
     unlock(b);
@@ -1207,6 +1212,7 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   unsigned slot = DV_SID_SLOT(stream), n = 0;
   devrt_status st = DEVRT_OK;
   WAIT_BUF(rt, w);
+  if (!w) return dv_waits_refused(rt);
   dv_blk* b = get_tracked(rt, h, "devrt_prepare_block_use", &st);
   if (b) {
     dv_counts c = {0};

@@ -33,13 +33,14 @@ typedef struct dv_uses {
 
 /* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit), else this thread's buffer, kept for its
- * next call (a wait list never lives across user code, so one a thread is enough). */
-#define WAIT_BUF(rt, name)                                                                    \
-  dv_wait name##_stack[128];                                                                  \
-  dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : dv_wait_room((rt)->nslots); \
-  if (!name)                                                                                  \
-  return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for %u waits", (rt)->nslots)
-/* This thread's room for n waits (NULL: out of host memory); freed when the thread exits. */
+ * next call (a wait list never lives across user code, so one a thread is enough). NULL: out of
+ * host memory. */
+#define WAIT_BUF(rt, name)   \
+  dv_wait name##_stack[128]; \
+  dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : dv_wait_room((rt)->nslots)
+/* This thread's room for n waits (NULL: out of host memory; dv_waits_refused says so); freed
+ * when the thread exits. */
+devrt_status dv_waits_refused(devrt_runtime* rt);
 dv_wait* dv_wait_room(unsigned n);
 
 /* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */

@@ -196,6 +196,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
     goto done;
   }
   WAIT_BUF(rt, w);
+  if (!w) return refuse(rt, dv_waits_refused(rt));
   const dv_pev* last = dv_slot_last(rt, slot);
   uint32_t drops = 0;
   dv_pinned how = {NULL, 0, 0};

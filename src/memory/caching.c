@@ -16,14 +16,14 @@
 #define UP_DEALLOCATE(self, ...) (self)->upstream->vtable->deallocate((self)->upstream, __VA_ARGS__)
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
-enum { SHARD_BITS = 10, NSHARD = 1 << SHARD_BITS };       /* record-table shards */
+enum { STRIPE_BITS = 10, NSTRIPE = 1 << STRIPE_BITS };    /* record-table stripes */
 enum { NWORD = DV_SID_SLOTS / 64 };                       /* index words per class */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
 typedef struct blk {
   void* ptr;
-  struct blk *hnext, *prev, *next; /* hash chain (its shard's mu); free list (its slot's mu) */
+  struct blk *hnext, *prev, *next; /* hash chain (its stripe's mu); free list (its slot's mu) */
   uint64_t cls, rsize, epoch;      /* class size (upstream's size), accounted bytes, free epoch */
   const char* tag;    /* the allocation's (written before `state` turns LIVE, with release) */
   _Atomic size_t req; /* the size the caller asked for */
@@ -64,11 +64,11 @@ typedef struct cindex {
   _Alignas(DV_LINE) _Atomic uint64_t sum, w[NWORD];
 } cindex;
 
-typedef struct shard {
+typedef struct stripe {
   _Alignas(DV_LINE) dv_spin mu; /* guards b, nb, n and the chains */
   blk** b;
   size_t nb, n;
-} shard;
+} stripe;
 
 typedef struct cache {
   devrt_resource base;
@@ -78,7 +78,7 @@ typedef struct cache {
   unsigned nslots;       /* the runtime's slots: pool, its own, partitions' */
   _Atomic uint64_t held; /* cached bytes of this layer (for max_cached_bytes) */
   cindex ix[NCLS];
-  shard sh[NSHARD];
+  stripe sh[NSTRIPE];
 } cache;
 
 /* ---- size classes ---- */
@@ -118,10 +118,10 @@ static void own_release(cache* c, uint64_t n) {
 static inline uint64_t hash_of(const void* p) {
   return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
 }
-static inline shard* shard_of(cache* c, uint64_t h) { return &c->sh[h >> (64 - SHARD_BITS)]; }
-static inline blk** bucket(shard* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
+static inline stripe* stripe_of(cache* c, uint64_t h) { return &c->sh[h >> (64 - STRIPE_BITS)]; }
+static inline blk** bucket(stripe* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
 
-static blk** hash_find(shard* s, uint64_t h, const void* p) { /* s->mu held */
+static blk** hash_find(stripe* s, uint64_t h, const void* p) { /* s->mu held */
   blk** at = bucket(s, h);
   while (*at && (*at)->ptr != p) at = &(*at)->hnext;
   return at;
@@ -129,7 +129,7 @@ static blk** hash_find(shard* s, uint64_t h, const void* p) { /* s->mu held */
 
 static devrt_status hash_insert(cache* c, blk* b) {
   uint64_t h = hash_of(b->ptr);
-  shard* s = shard_of(c, h);
+  stripe* s = stripe_of(c, h);
   blk **nt = NULL, **ot = NULL;
   size_t nb = 0;
   dv_spin_lock(&s->mu);
@@ -163,7 +163,7 @@ static devrt_status hash_insert(cache* c, blk* b) {
 
 static void hash_remove(cache* c, blk* b) {
   uint64_t h = hash_of(b->ptr);
-  shard* s = shard_of(c, h);
+  stripe* s = stripe_of(c, h);
   dv_spin_lock(&s->mu);
   blk** at = hash_find(s, h, b->ptr);
   if (*at) *at = b->hnext, s->n--;
@@ -404,7 +404,7 @@ DV_HOT static devrt_status caching_deallocate_tagged(devrt_resource* self, void*
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching deallocate"));
   uint64_t h = hash_of(ptr);
-  shard* sh = shard_of(c, h);
+  stripe* sh = stripe_of(c, h);
   dv_spin_lock(&sh->mu);
   blk** at = sh->b ? hash_find(sh, h, ptr) : NULL;
   blk* b = at ? *at : NULL;
@@ -576,8 +576,8 @@ static void caching_destroy(devrt_resource* self) {
       }
     pthread_mutex_destroy(&t->fmu);
   }
-  for (unsigned i = 0; i < NSHARD; i++) {
-    shard* s = &c->sh[i];
+  for (unsigned i = 0; i < NSTRIPE; i++) {
+    stripe* s = &c->sh[i];
     for (size_t k = 0; k < s->nb; k++)
       for (blk *b = s->b[k], *nx; b; b = nx) nx = b->hnext, free(b);
     free(s->b);
