@@ -21,15 +21,15 @@ enum { NWORD = DV_SID_SLOTS / 64 };                       /* index words per cla
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
-typedef struct blk {
+typedef struct rec {
   void* ptr;
-  struct blk *hnext, *prev, *next; /* hash chain (its stripe's mu); free list (its slot's mu) */
+  struct rec *hnext, *prev, *next; /* hash chain (its stripe's mu); free list (its slot's mu) */
   uint64_t cls, rsize, epoch;      /* class size (upstream's size), accounted bytes, free epoch */
   const char* tag;    /* the allocation's (written before `state` turns LIVE, with release) */
   _Atomic size_t req; /* the size the caller asked for */
   _Atomic unsigned char state;
   unsigned char cidx; /* class index, BIG: passed straight through */
-} blk;
+} rec;
 
 typedef struct fence {
   dv_event* ev;
@@ -51,7 +51,7 @@ typedef struct slot {
   _Atomic uint64_t misses;      /* atomic adds: misses of this slot's stream */
   pthread_mutex_t fmu;
   fence *fq, *fq_tail, *ffree;  /* fmu: recorded fences oldest first; spare ones (with events) */
-  blk *head[NCLS], *tail[NCLS]; /* mu: free lists per class, newest at the head */
+  rec *head[NCLS], *tail[NCLS]; /* mu: free lists per class, newest at the head */
 } slot;
 
 /* Per class, the slots that may hold blocks of it: a bit per slot and a summary bit per word, so a
@@ -66,7 +66,7 @@ typedef struct cindex {
 
 typedef struct stripe {
   _Alignas(DV_LINE) dv_spin mu; /* guards b, nb, n and the chains */
-  blk** b;
+  rec** b;
   size_t nb, n;
 } stripe;
 
@@ -119,27 +119,27 @@ static inline uint64_t hash_of(const void* p) {
   return ((uint64_t)(uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
 }
 static inline stripe* stripe_of(cache* c, uint64_t h) { return &c->sh[h >> (64 - STRIPE_BITS)]; }
-static inline blk** bucket(stripe* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
+static inline rec** bucket(stripe* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
 
-static blk** hash_find(stripe* s, uint64_t h, const void* p) { /* s->mu held */
-  blk** at = bucket(s, h);
+static rec** hash_find(stripe* s, uint64_t h, const void* p) { /* s->mu held */
+  rec** at = bucket(s, h);
   while (*at && (*at)->ptr != p) at = &(*at)->hnext;
   return at;
 }
 
-static devrt_status hash_insert(cache* c, blk* b) {
+static devrt_status hash_insert(cache* c, rec* b) {
   uint64_t h = hash_of(b->ptr);
   stripe* s = stripe_of(c, h);
-  blk **nt = NULL, **ot = NULL;
+  rec **nt = NULL, **ot = NULL;
   size_t nb = 0;
   dv_spin_lock(&s->mu);
   while (s->n >= s->nb) {   /* grow (misses only: upstream was just called anyway) */
     if (nt && nb > s->nb) { /* allocated outside the lock, and no one grew it meanwhile */
       ot = s->b;
       for (size_t i = 0; i < s->nb; i++)
-        for (blk *x = ot[i], *nx; x; x = nx) {
+        for (rec *x = ot[i], *nx; x; x = nx) {
           nx = x->hnext;
-          blk** at = &nt[(hash_of(x->ptr) >> 24) & (nb - 1)];
+          rec** at = &nt[(hash_of(x->ptr) >> 24) & (nb - 1)];
           x->hnext = *at, *at = x;
         }
       s->b = nt, s->nb = nb, nt = NULL;
@@ -153,7 +153,7 @@ static devrt_status hash_insert(cache* c, blk* b) {
                      "caching allocate: out of host memory for the block table");
     dv_spin_lock(&s->mu);
   }
-  blk** at = bucket(s, h);
+  rec** at = bucket(s, h);
   b->hnext = *at, *at = b;
   s->n++;
   dv_spin_unlock(&s->mu);
@@ -161,11 +161,11 @@ static devrt_status hash_insert(cache* c, blk* b) {
   return DEVRT_OK;
 }
 
-static void hash_remove(cache* c, blk* b) {
+static void hash_remove(cache* c, rec* b) {
   uint64_t h = hash_of(b->ptr);
   stripe* s = stripe_of(c, h);
   dv_spin_lock(&s->mu);
-  blk** at = hash_find(s, h, b->ptr);
+  rec** at = hash_find(s, h, b->ptr);
   if (*at) *at = b->hnext, s->n--;
   dv_spin_unlock(&s->mu);
 }
@@ -204,7 +204,7 @@ static inline void count(_Atomic uint64_t* x) { /* under the lock that guards x:
   atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + 1, memory_order_relaxed);
 }
 
-static inline void push_head(cache* c, slot* t, blk* b) {
+static inline void push_head(cache* c, slot* t, rec* b) {
   unsigned ci = b->cidx;
   b->epoch = t->open, b->prev = NULL, b->next = t->head[ci];
   if (t->head[ci])
@@ -214,8 +214,8 @@ static inline void push_head(cache* c, slot* t, blk* b) {
   t->head[ci] = b;
 }
 
-static inline blk* pop_head(slot* t, unsigned ci) {
-  blk* b = t->head[ci];
+static inline rec* pop_head(slot* t, unsigned ci) {
+  rec* b = t->head[ci];
   if ((t->head[ci] = b->next))
     b->next->prev = NULL;
   else
@@ -223,8 +223,8 @@ static inline blk* pop_head(slot* t, unsigned ci) {
   return b;
 }
 
-static inline blk* pop_tail(slot* t, unsigned ci) {
-  blk* b = t->tail[ci];
+static inline rec* pop_tail(slot* t, unsigned ci) {
+  rec* b = t->tail[ci];
   DV_ASSERT(b->cidx == ci && !b->next);
   if ((t->tail[ci] = b->prev))
     b->prev->next = NULL;
@@ -307,11 +307,11 @@ static bool settle(cache* c, slot* t, uint64_t e, dv_stream* bs, uint64_t* upto)
 
 /* Slot i's oldest block of class ci, if stream bs may take it: the epoch test under mu, and only
  * when the free is not yet known complete, the fence work under fmu alone, then the test again. */
-static blk* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
+static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
   slot* t = &c->slots[i];
   uint64_t upto = atomic_load_explicit(&t->done, memory_order_acquire);
   for (bool settled = false;; settled = true) {
-    blk* b = NULL;
+    rec* b = NULL;
     uint64_t e = 0;
     dv_spin_lock(&t->mu);
     if (!t->tail[ci])
@@ -328,13 +328,13 @@ static blk* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
 }
 
 /* A miss on slot si: through the class index, so it costs O(slots that hold some). */
-static blk* take_other(cache* c, unsigned si, unsigned ci, dv_stream* bs) {
+static rec* take_other(cache* c, unsigned si, unsigned ci, dv_stream* bs) {
   cindex* x = &c->ix[ci];
   for (uint64_t sum = atomic_load_explicit(&x->sum, memory_order_relaxed); sum; sum &= sum - 1) {
     unsigned j = (unsigned)__builtin_ctzll(sum);
     for (uint64_t w = atomic_load_explicit(&x->w[j], memory_order_relaxed); w; w &= w - 1) {
       unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
-      blk* b = i == si ? NULL : take_from(c, i, ci, bs);
+      rec* b = i == si ? NULL : take_from(c, i, ci, bs);
       if (b) return b;
     }
   }
@@ -352,7 +352,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   unsigned ci = size > MAX_CLASS ? BIG : class_of(size, &cls);
   unsigned si = DV_SID_SLOT(stream);
   slot* s = &c->slots[si];
-  blk* b = NULL;
+  rec* b = NULL;
   if (ci != BIG) {
     if (bit_get(s, ci)) { /* hot path: this stream's own list, ordered */
       dv_spin_lock(&s->mu);
@@ -406,8 +406,8 @@ DV_HOT static devrt_status caching_deallocate_tagged(devrt_resource* self, void*
   uint64_t h = hash_of(ptr);
   stripe* sh = stripe_of(c, h);
   dv_spin_lock(&sh->mu);
-  blk** at = sh->b ? hash_find(sh, h, ptr) : NULL;
-  blk* b = at ? *at : NULL;
+  rec** at = sh->b ? hash_find(sh, h, ptr) : NULL;
+  rec* b = at ? *at : NULL;
   devrt_status st = DEVRT_OK;
   bool live = b && atomic_load_explicit(&b->state, memory_order_acquire) == LIVE;
   size_t req = b ? atomic_load_explicit(&b->req, memory_order_relaxed) : 0;
@@ -483,13 +483,13 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
     for (uint64_t w = u[j]; w && first == DEVRT_OK; w &= w - 1) {
       unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
       slot* t = &c->slots[i];
-      blk* chain = NULL;
+      rec* chain = NULL;
       uint64_t newest = 0;
       pthread_mutex_lock(&t->fmu);
       dv_spin_lock(&t->mu);
       for (unsigned ci = 0; ci < NCLS; ci++) {
         while (t->head[ci]) {
-          blk* b = pop_head(t, ci);
+          rec* b = pop_head(t, ci);
           newest = b->epoch > newest ? b->epoch : newest;
           b->next = chain, chain = b;
         }
@@ -504,12 +504,12 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
       pthread_mutex_unlock(&t->fmu);
       if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
         dv_spin_lock(&t->mu);
-        for (blk* b; (b = chain);) chain = b->next, push_head(c, t, b);
+        for (rec* b; (b = chain);) chain = b->next, push_head(c, t, b);
         dv_spin_unlock(&t->mu);
         first = st;
       }
       while (chain) {
-        blk* b = chain;
+        rec* b = chain;
         chain = b->next;
         if (c->o.max_cached_bytes)
           atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
@@ -579,7 +579,7 @@ static void caching_destroy(devrt_resource* self) {
   for (unsigned i = 0; i < NSTRIPE; i++) {
     stripe* s = &c->sh[i];
     for (size_t k = 0; k < s->nb; k++)
-      for (blk *b = s->b[k], *nx; b; b = nx) nx = b->hnext, free(b);
+      for (rec *b = s->b[k], *nx; b; b = nx) nx = b->hnext, free(b);
     free(s->b);
   }
   free(c->slots);
