@@ -50,7 +50,7 @@ def main():
     print(f"{'row':<26}" + "".join(f"{n:>26}" for n in names) + "".join(f"{n + '/' + first:>12}" for n in names[1:]))
     for row in ratios[first]:
         med = {n: statistics.median(ratios[n][row]) for n in names if row in ratios[n]}
-        cells = "".join(f"{med[n]:>9.3f} [{min(ratios[n][row]):.3f}, {max(ratios[n][row]):.3f}]" for n in names if n in med)
+        cells = "".join(f"{med[n]:>9.4g} [{min(ratios[n][row]):.4g}, {max(ratios[n][row]):.4g}]" for n in names if n in med)
         rel = "".join(f"{med[n] / med[first]:>12.3f}" for n in names[1:] if n in med)
         print(f"{row:<26}{cells}{rel}")
 

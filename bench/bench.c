@@ -110,9 +110,9 @@ static void report(bench_suite* b, bench_row* w, int rounds, double* d, double* 
         json_num(n[0], "%.1f", sd.median), json_num(n[1], "%.1f", sd.p10),
         json_num(n[2], "%.1f", sd.p90), json_num(n[3], "%.1f", sr.median),
         json_num(n[4], "%.1f", sr.p10), json_num(n[5], "%.1f", sr.p90),
-        json_num(n[6], "%.3f", sq.median), json_num(n[7], "%.3f", sq.p10),
-        json_num(n[8], "%.3f", sq.p90), json_num(n[9], "%.3f", ci_lo),
-        json_num(n[10], "%.3f", ci_hi), json_num(n[11], "%.1f", so.median),
+        json_num(n[6], "%.4g", sq.median), json_num(n[7], "%.4g", sq.p10),
+        json_num(n[8], "%.4g", sq.p90), json_num(n[9], "%.4g", ci_lo),
+        json_num(n[10], "%.4g", ci_hi), json_num(n[11], "%.1f", so.median),
         steady ? "true" : "false");
   } else
     printf(
