@@ -126,6 +126,11 @@ devrt_status devrt_config_init(devrt_config* cfg) {
           "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
     cfg->stream_priority = (int)x;
   }
+  if (cfg->stream_pool_size + cfg->partition_streams > DEVRT_MAX_STREAMS)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "devrt_config_init: DEVRT_STREAMS (%u) + DEVRT_PARTITION_STREAMS (%u) is above "
+                   "%d: the pool and the partitions' slots share the stream table",
+                   cfg->stream_pool_size, cfg->partition_streams, DEVRT_MAX_STREAMS);
   return DEVRT_OK;
 }
 

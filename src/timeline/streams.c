@@ -23,6 +23,7 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt) {
                  "the pool, the runtime's slot and the partitions' fit the table");
   rt->npool = rt->cfg.stream_pool_size;
   rt->nslots = rt->npool + 1 + rt->cfg.partition_streams;
+  DV_ASSERT(rt->nslots <= DV_SID_SLOTS); /* config_check and devrt_config_init refuse more */
   rt->slots = calloc(DV_SID_SLOTS, sizeof *rt->slots); /* past nslots: untouched pages */
   rt->pool.slots = malloc(rt->npool * sizeof *rt->pool.slots);
   if (!rt->slots || !rt->pool.slots) {

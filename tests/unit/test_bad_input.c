@@ -32,6 +32,8 @@ int main(void) {
   BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
   setenv("DEVRT_STREAMS", "0", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
+  setenv("DEVRT_STREAMS", "4095", 1); /* in range alone, but the partitions' 64 slots don't fit */
+  BAD(devrt_config_init(&cfg), "DEVRT_PARTITION_STREAMS (64)");
   unsetenv("DEVRT_STREAMS");
   const char* budgets[] = {"99999999999999999999999",
                            "18446744073709551616",
