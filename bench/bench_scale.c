@@ -61,7 +61,7 @@ struct pt {
 };
 
 static uint64_t clock_ns; /* cost of one bench_now_ns pair: taken off each timed section */
-static char tags[4096][24];
+static char tags[4096][32];
 static devrt_config base_cfg;
 
 static uint64_t lap(uint64_t t0) {
