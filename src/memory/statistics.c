@@ -3,10 +3,13 @@
  * Counters rise after upstream's allocate succeeded. Over a recording layer (caching, async,
  * simple) they fall once its deallocate accepted the free, by the tag of its record
  * (its deallocate_tagged); over any other upstream this layer keeps a sharded pointer map (ptr ->
- * size, tag) and they fall before the free (restored if it is refused). Every counter sits under
- * one short lock, so every figure, peaks included, is exact: each update is one step of a single
- * order of the calls. Tags are found by their address in a table read lock-free (st_find); a new
- * address takes a mutex and is matched by its text; texts past ST_TAGS share "(other)". */
+ * size, tag) and they fall before the free (restored if it is refused). Every figure, peaks
+ * included, is exact. Each figure set (overall, each tag's, "(other)") keeps a cell per thread
+ * shard with a quota, and the quotas add up to the peak: a call within its cells' quotas takes one
+ * lock, its thread's, for its overall and its tag's cells; one past a quota takes the slow path,
+ * which locks every cell, raises the peak to the exact total and spreads the quotas again
+ * (st_add_slow). Tags are found by their address in a table read lock-free (st_find); a new address
+ * takes a mutex and is matched by its text; texts past ST_TAGS share "(other)". */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -21,22 +24,37 @@
 #define ST_SHARD_BITS 10
 #define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
 
-/* One figure set ([0] bytes, [1] count), under dv_stats.mu. */
-typedef struct st_pair {
-  int64_t cur[2], peak[2], total[2];
-} st_pair;
+/* A thread's cell of a figure set ([0] bytes, [1] count): its share of the set's figures. cur may
+ * go negative where this thread frees what others allocated. quota: what cur may reach without
+ * the set's slow path. Cell j of every set of a layer is under the lock of the overall set's
+ * cell j (uncontended while shard j is owned: dv_shard), so a call takes one lock for both of
+ * its sets. */
+typedef struct st_cell {
+  _Alignas(DV_LINE) dv_spin mu; /* used in the overall set's cells only */
+  int64_t cur[2], quota[2], total[2];
+  int64_t want; /* bytes of this cell's last allocation that took the slow path */
+} st_cell;
+/* A figure set (overall, "(other)", one tag's). Invariant: sum(cur) <= sum(quota) <= peak, so a
+ * cell that stays within its quota cannot carry the total past the peak unseen; the peak only
+ * changes with every cell locked (st_lock_all), to a total that was really live at once. */
+typedef struct st_set {
+  pthread_mutex_t mu; /* the slow path and readers; taken before the cells' locks */
+  int64_t peak[2];    /* under mu and every cell's lock */
+  st_cell* cells;     /* [DV_SHARDS]; NULL until the set is first used (tags) */
+  st_cell* lk;        /* the overall set's cells: lk[j].mu locks cells[j] */
+} st_set;
 typedef struct st_tag {
   const char* name; /* under tag_mu; set before any slot points at the entry */
-  st_pair c;
+  st_set c;
 } st_tag;
 typedef struct st_slot {
   _Atomic(const char*) key; /* a tag's address, published (release) after `pair`; never removed */
-  st_pair* pair;            /* its tag's entry, or &other */
+  st_set* pair;             /* its tag's entry, or &other */
 } st_slot;
 typedef struct st_ent {
   uintptr_t key; /* 0: empty */
   uint64_t size;
-  st_pair* tag;
+  st_set* tag;
 } st_ent;
 typedef struct st_shard {
   _Alignas(DV_LINE) dv_spin mu;
@@ -51,12 +69,13 @@ typedef struct dv_stats {
   st_slot* slots;   /* [ST_SLOTS] by address (st_find); written under tag_mu, read lock-free */
   st_tag* tags;     /* [ST_TAGS] by text; entries past ntags are zero */
   unsigned ntags, nslots; /* entries of tags[] and keys of slots[] in use (under tag_mu) */
-  pthread_mutex_t tag_mu; /* serialises adding a tag address (st_tag_add) and reading by text */
-  /* Every st_pair (all, other, tags[].c): a spin lock over a few adds; nothing else is held
-   * in it, and it is taken after tag_mu, never before. */
-  _Alignas(DV_LINE) dv_spin mu;
-  st_pair all, other;
+  pthread_mutex_t tag_mu; /* serialises adding a tag address (st_tag_add) and reading by text; taken
+                             before any set's mu */
+  st_set all, other;
 } dv_stats;
+
+/* Slow paths taken by every statistics layer (tests and measurements read it). */
+_Atomic uint64_t dv_stats_slow_paths;
 
 /* Upstream: called through its vtable. */
 #define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
@@ -64,27 +83,127 @@ typedef struct dv_stats {
 
 /* ---- counters ---- */
 
-/* mu held: d ({bytes, count}) enters p's figures, or (negative) leaves them. */
-static DV_INLINE void st_step(st_pair* p, const int64_t d[2], bool total) {
-  for (int k = 0; k < 2; k++) {
-    p->cur[k] += d[k];
-    DV_ASSERT(p->cur[k] >= 0);
-    if (p->cur[k] > p->peak[k]) p->peak[k] = p->cur[k];
-    if (total) p->total[k] += d[k];
-  }
+/* A set whose cells lk[j].mu locks (NULL: its own, for the overall set). */
+static bool st_set_init(st_set* s, st_cell* lk) {
+  if (!(s->cells = dv_zalloc_lines(sizeof(st_cell) * DV_SHARDS))) return false;
+  s->lk = lk ? lk : s->cells;
+  pthread_mutex_init(&s->mu, NULL);
+  return true;
 }
-/* An allocation of `size` enters (sign 1; total: a new one, not a refused free being restored)
- * or leaves (sign -1) the overall figures and its tag's t. */
-static DV_INLINE void st_count(dv_stats* S, st_pair* t, uint64_t size, int sign, bool total) {
-  const int64_t d[2] = {sign * (int64_t)size, sign};
-  dv_spin_lock(&S->mu);
-  st_step(&S->all, d, total);
-  st_step(t, d, total);
-  dv_spin_unlock(&S->mu);
+static void st_set_fini(st_set* s) {
+  if (s->cells) pthread_mutex_destroy(&s->mu);
+  free(s->cells);
 }
 
-static devrt_memory_counter st_read(const st_pair* p, int k) {
-  return (devrt_memory_counter){p->cur[k], p->peak[k], p->total[k]};
+/* s->mu held: locks every cell (in index order) for an exact snapshot; sum: sum(cur). */
+static void st_lock_all(st_set* s, int64_t sum[2], int64_t total[2]) {
+  sum[0] = sum[1] = total[0] = total[1] = 0;
+  for (unsigned j = 0; j < DV_SHARDS; j++) {
+    st_cell* c = &s->cells[j];
+    dv_spin_lock(&s->lk[j].mu);
+    for (int k = 0; k < 2; k++) sum[k] += c->cur[k], total[k] += c->total[k];
+  }
+  DV_ASSERT(sum[0] >= 0 && sum[1] >= 0);
+}
+static void st_unlock_all(st_set* s) {
+  for (unsigned j = 0; j < DV_SHARDS; j++) dv_spin_unlock(&s->lk[j].mu);
+}
+
+/* Every cell locked, sum: sum(cur): sets the quotas so they add up to the peak exactly. Each cell
+ * gets its cur, then the slack (peak - sum) goes to the other cells that have allocated, as much
+ * as their last slow allocation (and one count) each, from the one after `me` on, so threads
+ * taking turns do not each need the slow path; `me` gets the rest. */
+static void st_spread(st_set* s, unsigned me, const int64_t sum[2]) {
+  int64_t slack[2] = {s->peak[0] - sum[0], s->peak[1] - sum[1]};
+  DV_ASSERT(slack[0] >= 0 && slack[1] >= 0);
+  for (unsigned n = 1; n <= DV_SHARDS; n++) {
+    unsigned j = (me + n) % DV_SHARDS; /* me last */
+    st_cell* c = &s->cells[j];
+    const int64_t want[2] = {c->want, c->want > 0};
+    for (int k = 0; k < 2; k++) {
+      int64_t g = j == me ? slack[k] : want[k] < slack[k] ? want[k] : slack[k];
+      c->quota[k] = c->cur[k] + g;
+      slack[k] -= g;
+    }
+  }
+#ifndef NDEBUG
+  int64_t q[2] = {0, 0};
+  for (unsigned j = 0; j < DV_SHARDS; j++)
+    q[0] += s->cells[j].quota[0], q[1] += s->cells[j].quota[1];
+  DV_ASSERT(q[0] == s->peak[0] && q[1] == s->peak[1]);
+#endif
+}
+
+/* An allocation of d = {bytes, 1} past this cell's quota: with every cell locked, the total it
+ * makes is exact; the peak rises to it, and the quotas are spread again. */
+static DV_NOINLINE void st_add_slow(st_set* s, unsigned me, const int64_t d[2], bool total) {
+  atomic_fetch_add_explicit(&dv_stats_slow_paths, 1, memory_order_relaxed);
+  pthread_mutex_lock(&s->mu);
+  int64_t sum[2], tot[2];
+  st_lock_all(s, sum, tot);
+  st_cell* c = &s->cells[me];
+  for (int k = 0; k < 2; k++) {
+    c->cur[k] += d[k];
+    if (total) c->total[k] += d[k];
+    sum[k] += d[k];
+    if (sum[k] > s->peak[k]) s->peak[k] = sum[k];
+  }
+  c->want = d[0];
+  st_spread(s, me, sum);
+  st_unlock_all(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The lock of cell `me` held: an allocation of d enters the cell if it fits its quota (total: a
+ * new one, not a refused free being restored). */
+static DV_INLINE bool st_fit(st_cell* c, const int64_t d[2], bool total) {
+  if (DV_UNLIKELY(c->cur[0] + d[0] > c->quota[0] || c->cur[1] + 1 > c->quota[1])) return false;
+  c->cur[0] += d[0], c->cur[1] += 1;
+  if (total) c->total[0] += d[0], c->total[1] += 1;
+  return true;
+}
+/* The overall figures and its tag's t: an allocation enters (sign 1) or leaves (sign -1) on this
+ * thread's cells, under one uncontended lock on a line no other thread writes; an allocation past
+ * a cell's quota then takes that set's slow path. A free leaves the quotas: the cells' room grows.
+ */
+static DV_INLINE void st_count(dv_stats* S, st_set* t, uint64_t size, int sign, bool total) {
+  unsigned me = dv_shard();
+  const int64_t d[2] = {(int64_t)size, 1};
+  st_cell *a = &S->all.cells[me], *c = &t->cells[me];
+  dv_spin_lock(&a->mu);
+  if (sign > 0) {
+    bool fa = st_fit(a, d, total), fc = st_fit(c, d, total);
+    dv_spin_unlock(&a->mu);
+    if (DV_UNLIKELY(!fa)) st_add_slow(&S->all, me, d, total);
+    if (DV_UNLIKELY(!fc)) st_add_slow(t, me, d, total);
+    return;
+  }
+  a->cur[0] -= d[0], a->cur[1] -= 1;
+  c->cur[0] -= d[0], c->cur[1] -= 1;
+  dv_spin_unlock(&a->mu);
+}
+
+/* A snapshot of s (all its cells locked); zeros for a set never used. */
+static devrt_memory_stats st_read(st_set* s) {
+  if (!s->cells) return (devrt_memory_stats){{0}, {0}};
+  int64_t sum[2], tot[2];
+  pthread_mutex_lock(&s->mu);
+  st_lock_all(s, sum, tot);
+  devrt_memory_stats st = {{sum[0], s->peak[0], tot[0]}, {sum[1], s->peak[1], tot[1]}};
+  st_unlock_all(s);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+/* The peak of s becomes its current total; every quota its cell's cur. */
+static void st_reset(st_set* s) {
+  if (!s->cells) return;
+  int64_t sum[2], tot[2];
+  pthread_mutex_lock(&s->mu);
+  st_lock_all(s, sum, tot);
+  s->peak[0] = sum[0], s->peak[1] = sum[1];
+  st_spread(s, 0, sum);
+  st_unlock_all(s);
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- tags ---- */
@@ -99,7 +218,7 @@ static uint64_t st_hash(uintptr_t k) {
 }
 
 /* The entry a tag address was seen with, or NULL (not yet, or the table was full). */
-static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
+static DV_INLINE st_set* st_find(dv_stats* S, const char* tag) {
   for (size_t i = st_hash((uintptr_t)tag) & (ST_SLOTS - 1);; i = (i + 1) & (ST_SLOTS - 1)) {
     const char* k = atomic_load_explicit(&S->slots[i].key, memory_order_acquire);
     if (k == tag) return S->slots[i].pair;
@@ -108,7 +227,7 @@ static DV_INLINE st_pair* st_find(dv_stats* S, const char* tag) {
 }
 
 /* tag_mu held: the entry of that text, or NULL. */
-static st_pair* st_by_name(dv_stats* S, const char* tag) {
+static st_set* st_by_name(dv_stats* S, const char* tag) {
   for (unsigned i = 0; i < S->ntags; i++)
     if (!strcmp(S->tags[i].name, tag)) return &S->tags[i].c;
   return NULL;
@@ -116,13 +235,16 @@ static st_pair* st_by_name(dv_stats* S, const char* tag) {
 
 /* A tag address not in the table: its text's entry (a new one while there is room, else
  * "(other)"), remembered under the address while the table has room. */
-static DV_NOINLINE st_pair* st_tag_add(dv_stats* S, const char* tag) {
+static DV_NOINLINE st_set* st_tag_add(dv_stats* S, const char* tag) {
   pthread_mutex_lock(&S->tag_mu);
-  st_pair* p = st_find(S, tag); /* another thread may have added it */
+  st_set* p = st_find(S, tag); /* another thread may have added it */
   if (!p) {
-    if (!(p = st_by_name(S, tag))) {
-      p = S->ntags < ST_TAGS ? &S->tags[S->ntags].c : &S->other;
-      if (S->ntags < ST_TAGS) S->tags[S->ntags++].name = tag;
+    if (!(p = st_by_name(S, tag))) { /* a new text: an entry of its own while there is room and
+                                        host memory for its cells */
+      p = S->ntags < ST_TAGS && st_set_init(&S->tags[S->ntags].c, S->all.cells)
+              ? &S->tags[S->ntags].c
+              : &S->other;
+      if (p != &S->other) S->tags[S->ntags++].name = tag;
     }
     if (S->nslots < ST_SLOTS / 2) {
       size_t i = st_hash((uintptr_t)tag) & (ST_SLOTS - 1);
@@ -138,8 +260,8 @@ static DV_NOINLINE st_pair* st_tag_add(dv_stats* S, const char* tag) {
 }
 
 /* The tag's entry (its text's, or "(other)"). */
-static DV_INLINE st_pair* st_tag_of(dv_stats* S, const char* tag) {
-  st_pair* p = st_find(S, tag);
+static DV_INLINE st_set* st_tag_of(dv_stats* S, const char* tag) {
+  st_set* p = st_find(S, tag);
   return DV_LIKELY(p) ? p : st_tag_add(S, tag);
 }
 
@@ -203,7 +325,7 @@ static DV_NOINLINE bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
 /* The pointer map's side of allocate and deallocate, over an upstream that is no recording layer
  * (out of line: devrt's own stacks put one beneath this layer). */
 static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, devrt_stream stream,
-                                        const char* tag, st_pair* t) {
+                                        const char* tag, st_set* t) {
   uintptr_t k = (uintptr_t)*out;
   st_shard* sh = st_shard_of(S, k);
   dv_spin_lock(&sh->mu);
@@ -239,7 +361,7 @@ static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t si
 static DV_HOT devrt_status dv_stats_allocate(devrt_resource* self, size_t size, devrt_stream stream,
                                              const char* tag, void** out) {
   dv_stats* S = (dv_stats*)self;
-  st_pair* t = st_tag_of(S, tag ? tag : "untagged");
+  st_set* t = st_tag_of(S, tag ? tag : "untagged");
   DV_CHECK(UP_ALLOCATE(self, size, stream, tag, out));
   if (DV_UNLIKELY(S->shards)) DV_CHECK(map_add(S, out, size, stream, tag, t));
   st_count(S, t, size, 1, true);
@@ -262,16 +384,17 @@ static DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, 
 static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) {
   dv_stats* S = (dv_stats*)self;
   DV_CHECK(devrt_resource_query(self->upstream, out));
-  dv_spin_lock(&S->mu);
-  out->bytes = st_read(&S->all, 0);
-  out->count = st_read(&S->all, 1);
-  dv_spin_unlock(&S->mu);
+  devrt_memory_stats st = st_read(&S->all);
+  out->bytes = st.bytes;
+  out->count = st.count;
   return DEVRT_OK;
 }
 
 static void st_destroy(devrt_resource* self) {
   dv_stats* S = (dv_stats*)self;
   for (int i = 0; S->shards && i < ST_SHARDS; i++) free(S->shards[i].e);
+  for (unsigned i = 0; S->tags && i < S->ntags; i++) st_set_fini(&S->tags[i].c);
+  st_set_fini(&S->all), st_set_fini(&S->other);
   free(S->shards), free(S->slots), free(S->tags);
   pthread_mutex_destroy(&S->tag_mu);
   free(S);
@@ -292,7 +415,8 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   pthread_mutex_init(&S->tag_mu, NULL);
   bool records = upstream->vtable->deallocate_tagged != NULL;
   if (!(S->slots = calloc(ST_SLOTS, sizeof *S->slots)) ||
-      !(S->tags = calloc(ST_TAGS, sizeof *S->tags)) ||
+      !(S->tags = calloc(ST_TAGS, sizeof *S->tags)) || !st_set_init(&S->all, NULL) ||
+      !st_set_init(&S->other, S->all.cells) ||
       (!records && !(S->shards = dv_zalloc_lines(sizeof(st_shard) * ST_SHARDS)))) {
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
@@ -314,11 +438,9 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
   DV_ARG_CHECK(out, "devrt_statistics_get", "out is NULL (tag %s)", tag ? tag : "(overall)");
   dv_stats* S = (dv_stats*)r;
   pthread_mutex_lock(&S->tag_mu); /* by text: tag need not outlive this call, so no slot for it */
-  st_pair* p = !tag ? &S->all : st_by_name(S, tag);
+  st_set* p = !tag ? &S->all : st_by_name(S, tag);
   if (!p && !strcmp(tag, "(other)")) p = &S->other;
-  dv_spin_lock(&S->mu);
-  *out = p ? (devrt_memory_stats){st_read(p, 0), st_read(p, 1)} : (devrt_memory_stats){{0}, {0}};
-  dv_spin_unlock(&S->mu);
+  *out = p ? st_read(p) : (devrt_memory_stats){{0}, {0}};
   pthread_mutex_unlock(&S->tag_mu);
   return DEVRT_OK;
 }
@@ -329,12 +451,8 @@ devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
                "resource %p is a %s layer, not statistics", (void*)r, r->name);
   dv_stats* S = (dv_stats*)r;
   pthread_mutex_lock(&S->tag_mu);
-  dv_spin_lock(&S->mu);
-  for (unsigned i = 0; i < S->ntags + 2; i++) {
-    st_pair* p = i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other;
-    p->peak[0] = p->cur[0], p->peak[1] = p->cur[1];
-  }
-  dv_spin_unlock(&S->mu);
+  for (unsigned i = 0; i < S->ntags + 2; i++)
+    st_reset(i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other);
   pthread_mutex_unlock(&S->tag_mu);
   return DEVRT_OK;
 }

@@ -632,7 +632,9 @@ static devrt_resource* async_new(devrt_runtime* rt) {
 
 /* The peak with threads taking turns: exact, including main allocating again at its own earlier
  * high while another thread holds a block; a block allocated on one thread and freed on another
- * leaves every current at zero. (Exactness under concurrency: tests/stress/test_stats_stress.c.)
+ * leaves every current at zero; after a reset, the room one thread's free left it does not let
+ * another's allocation pass the peak unseen. (Exactness under concurrency:
+ * tests/stress/test_stats_stress.c.)
  */
 typedef struct turn {
   devrt_resource* S;
@@ -684,6 +686,19 @@ static void test_stats_turns(devrt_resource* up, devrt_stream s) {
   CHECK_OK(devrt_statistics_reset_peaks(S));
   stats_of(S, "turns", &st);
   CHECK(st.count.peak == 0 && st.bytes.peak == 0);
+  /* The room main's free leaves it is no room for another thread: the peak stays exact. */
+  CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q));
+  CHECK_OK(devrt_resource_deallocate(S, q, 1000, s));
+  run_turn(&a, false);
+  stats_of(S, "turns", &st);
+  CHECK(st.count.current == 1 && st.count.peak == 1 && st.bytes.peak == 1000);
+  CHECK_OK(devrt_resource_allocate(S, 1000, s, "turns", &q)); /* while a holds its block */
+  stats_of(S, NULL, &st);
+  CHECK(st.count.current == 2 && st.count.peak == 2 && st.bytes.peak == 2000);
+  CHECK_OK(devrt_resource_deallocate(S, q, 1000, s));
+  run_turn(&a, true);
+  stats_of(S, NULL, &st);
+  CHECK(st.count.current == 0 && st.bytes.current == 0 && st.bytes.peak == 2000);
   CHECK_OK(devrt_resource_release(S));
 }
 

@@ -7,7 +7,10 @@
  *   give back after freeing: every figure read during and after the run stays within the bounds,
  *   and each peak is at least what one thread alone held at once;
  * - many threads on overlapping random sets of more tag texts than the layer has entries, some
- *   texts at two addresses: each text's figures, "(other)" and the overall ones add up. */
+ *   texts at two addresses: each text's figures, "(other)" and the overall ones add up;
+ * - lock-step rounds where threads free each other's blocks (a thread's cell of the figures goes
+ *   negative), and rounds that start from reset peaks, so every thread's quota is exhausted at
+ *   once and the slow paths race: each round's figures, read while all is held, are exact. */
 #include <pthread.h>
 #include "test.h"
 
@@ -110,6 +113,92 @@ static void test_lockstep(ctx* c) {
     CHECK(st.bytes.current == 0 && st.bytes.peak == peak[g][0] && st.bytes.total == total[g][0]);
     CHECK(st.count.current == 0 && st.count.peak == peak[g][1] && st.count.total == total[g][1]);
   }
+}
+
+/* ---- cross frees and racing slow paths: thread i allocates cross_n(i, r) blocks of
+ * cross_size(i, r) in round r; at the barrier thread 0 reads the figures (all held: current and
+ * peak are the round's sum); then thread (i + 1 + r) % T frees them. With `reset`, thread 0 resets
+ * the peaks before each round (nothing held): every quota is then 0, so every thread's first
+ * allocation takes the slow path at once, racing the others. ---- */
+
+extern _Atomic uint64_t dv_stats_slow_paths; /* statistics.c: slow paths taken */
+enum { CROSS_ROUNDS = 40, CROSS_MAXB = 5 };
+static int cross_n(int i, int r) { return 1 + (i * 3 + r * 7) % CROSS_MAXB; }
+static size_t cross_size(int i, int r) { return (size_t)(1 + (i * 13 + r * 5) % 29) * 512; }
+
+typedef struct cross_ctx {
+  ctx* c;
+  bool reset;
+  void* p[T][CROSS_MAXB];
+  devrt_stream s[T];
+  int errs_main;
+} cross_ctx;
+typedef struct cross_arg {
+  cross_ctx* x;
+  int i, errs;
+} cross_arg;
+
+static void* cross_work(void* arg) {
+  cross_arg* a = arg;
+  cross_ctx* x = a->x;
+  EXPECT_OK(&a->errs, devrt_stream_acquire(x->c->rt, DEVRT_ACQUIRE_WAIT, &x->s[a->i]));
+  for (int r = 0; r < CROSS_ROUNDS; r++) {
+    if (a->i == 0 && x->reset) EXPECT_OK(&a->errs, devrt_statistics_reset_peaks(x->c->S));
+    pthread_barrier_wait(&x->c->bar); /* (the reset is done) */
+    for (int b = 0; b < cross_n(a->i, r); b++)
+      EXPECT_OK(&a->errs, devrt_resource_allocate(x->c->S, cross_size(a->i, r), x->s[a->i], "cx",
+                                                  &x->p[a->i][b]));
+    pthread_barrier_wait(&x->c->bar); /* every block of the round is held */
+    if (a->i == 0) {
+      int64_t held[2] = {0, 0}, peak[2] = {0, 0};
+      for (int q = 0; q <= r; q++) { /* the rounds' sums: the peak is the largest since reset */
+        int64_t h[2] = {0, 0};
+        for (int i = 0; i < T; i++)
+          h[0] += cross_n(i, q) * (int64_t)cross_size(i, q), h[1] += cross_n(i, q);
+        for (int k = 0; k < 2; k++) {
+          held[k] = h[k];
+          if ((!x->reset || q == r) && h[k] > peak[k]) peak[k] = h[k];
+        }
+      }
+      for (int g = 0; g < 2; g++) {
+        devrt_memory_stats st = get(x->c->S, g ? "cx" : NULL, &a->errs);
+        EXPECT(&a->errs, st.bytes.current == held[0] && st.count.current == held[1]);
+        if (x->reset || g) /* (the overall peak also has the earlier tests' rounds) */
+          EXPECT(&a->errs, st.bytes.peak == peak[0] && st.count.peak == peak[1]);
+      }
+    }
+    pthread_barrier_wait(&x->c->bar);
+    int o = (a->i + 1 + r) % T; /* free another thread's blocks, on its stream */
+    for (int b = 0; b < cross_n(o, r); b++)
+      EXPECT_OK(&a->errs,
+                devrt_resource_deallocate(x->c->S, x->p[o][b], cross_size(o, r), x->s[o]));
+    pthread_barrier_wait(&x->c->bar);
+  }
+  EXPECT_OK(&a->errs, devrt_stream_synchronize(x->c->rt, x->s[a->i]));
+  pthread_barrier_wait(&x->c->bar); /* nobody frees on this stream any more */
+  EXPECT_OK(&a->errs, devrt_stream_release(x->c->rt, x->s[a->i]));
+  return NULL;
+}
+
+static void test_cross(ctx* c, bool reset) {
+  static cross_ctx x;
+  memset(&x, 0, sizeof x);
+  x.c = c, x.reset = reset;
+  uint64_t slow = atomic_load(&dv_stats_slow_paths);
+  pthread_barrier_init(&c->bar, NULL, T);
+  pthread_t th[T];
+  cross_arg a[T];
+  for (int i = 0; i < T; i++)
+    a[i] = (cross_arg){&x, i, 0}, pthread_create(&th[i], NULL, cross_work, &a[i]);
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    CHECK(a[i].errs == 0);
+  }
+  pthread_barrier_destroy(&c->bar);
+  devrt_memory_stats st = get(c->S, "cx", &t_failures);
+  CHECK(st.bytes.current == 0 && st.count.current == 0);
+  /* with resets, every round's first allocations all took the slow path */
+  if (reset) CHECK(atomic_load(&dv_stats_slow_paths) - slow >= (uint64_t)CROSS_ROUNDS * T);
 }
 
 /* ---- random interleavings under a bound ---- */
@@ -297,7 +386,7 @@ static void test_tags(ctx* c) {
     }
   }
   devrt_memory_stats other = get(c->S, "(other)", &t_failures), all = get(c->S, NULL, &t_failures);
-  CHECK(used > 1024 && own == 1024 - 7); /* the earlier tests took 7 of the entries */
+  CHECK(used > 1024 && own == 1024 - 8); /* the earlier tests took 8 of the entries */
   CHECK(other.bytes.total == rest[0] && other.count.total == rest[1] && other.count.current == 0);
   CHECK(other.count.peak <= T && all.count.peak >= 1 && all.count.peak <= T);
   CHECK(all.count.current == 0 && all.bytes.peak <= T * 1000);
@@ -330,14 +419,17 @@ static void suite(devrt_runtime* rt, const char* name, maker mk) {
   REQUIRE_OK(devrt_statistics_resource_create(up, &c.S));
   test_lockstep(&c);
   test_random(&c);
+  test_cross(&c, false);
+  test_cross(&c, true);
   test_tags(&c);
   CHECK_OK(devrt_resource_release(c.S));
   CHECK_OK(devrt_resource_reap(up, DEVRT_REAP_WAIT, NULL));
   CHECK_OK(devrt_resource_release(up));
   printf(
       "statistics over %s: lock-step peaks, %d threads x %d random ops under a bound, %d tag "
-      "texts: %s\n",
-      name, T, RANDOM_OPS, TEXTS, t_failures == before ? "ok" : "FAILED");
+      "texts, %d cross-free rounds, %d rounds racing slow paths: %s\n",
+      name, T, RANDOM_OPS, TEXTS, CROSS_ROUNDS, CROSS_ROUNDS,
+      t_failures == before ? "ok" : "FAILED");
 }
 
 int main(void) {
