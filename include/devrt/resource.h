@@ -185,7 +185,11 @@ devrt_status devrt_logging_flush(devrt_resource* logging);
 typedef struct devrt_memory_stats {
   devrt_memory_counter bytes, count;
 } devrt_memory_stats;
-/* Bytes and counts {current, peak, total}, overall and per tag. */
+/* Bytes and counts {current, peak, total}, overall and per tag, all exact under any concurrency
+ * (a peak is the largest total over one order of the calls). Exactness costs a shared line when
+ * threads' allocations together reach a new peak, which stops many threads from scaling when
+ * their live totals hover near it; the runtime's stack can keep the peaks as an upper bound
+ * instead (DEVRT_STATS_PEAK=bound: never below the true peak, exact on one thread). Thread-safe. */
 devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_resource** out);
 /* tag NULL: overall. A tag never seen reads as zeros. */
 devrt_status devrt_statistics_get(devrt_resource* stats, const char* tag, devrt_memory_stats* out);

@@ -39,6 +39,8 @@ typedef struct devrt_config {
   bool cache;              /* DEVRT_CACHE=0|1: the caching layer (default on) */
   const char* log_path;    /* DEVRT_LOG=path: the logging layer, off when NULL */
   bool log_jsonl;          /* DEVRT_LOG_FORMAT=csv|jsonl (default csv) */
+  bool stats_peak_bound;   /* DEVRT_STATS_PEAK=exact|bound (default exact): statistics' peaks
+                            * exact, or an upper bound that lets threads scale (memory.h) */
   /* Semaphores and the submission queue (semaphore.h, queue.h): */
   uint64_t
       wait_spin_ns; /* DEVRT_WAIT_SPIN_NS: host waits spin this long, then block (default 20000) */

@@ -107,6 +107,13 @@ devrt_status devrt_config_init(devrt_config* cfg) {
                      "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
     cfg->log_jsonl = lf[0] == 'j';
   }
+  const char* sp = getenv("DEVRT_STATS_PEAK");
+  if (sp && *sp) {
+    if (strcmp(sp, "exact") && strcmp(sp, "bound"))
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_STATS_PEAK=\"%s\" is not exact or bound", sp);
+    cfg->stats_peak_bound = sp[0] == 'b';
+  }
   DV_CHECK(env_u64("DEVRT_WAIT_SPIN_NS", 0, 1000000000, &cfg->wait_spin_ns));
   const char* cm = getenv("DEVRT_COMPLETION");
   if (cm && *cm) {

@@ -108,6 +108,10 @@ devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t 
 
 /* Budgets (budget.c) for partitions' sub-budgets: whether r is one, its limit and live bytes,
  * and a new limit (at most the parent's). */
+/* A statistics layer (statistics.c) whose peaks are exact, or with `bound` an upper bound (never
+ * below the true peak) that costs no shared line per call: the runtime's stack under
+ * DEVRT_STATS_PEAK=bound. devrt_statistics_resource_create makes the exact one. */
+devrt_status dv_stats_create(devrt_resource* upstream, bool bound, devrt_resource** out);
 bool dv_budget_is(const devrt_resource* r);
 uint64_t dv_budget_limit(const devrt_resource* r);
 uint64_t dv_budget_live(const devrt_resource* r);

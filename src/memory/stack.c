@@ -20,7 +20,7 @@ devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t l
                             devrt_resource** top) {
   DV_CHECK(devrt_async_resource_create(rt, top));
   if (c->cache) PUSH(top, devrt_caching_resource_create(*top, NULL, &next_));
-  PUSH(top, devrt_statistics_resource_create(*top, &next_));
+  PUSH(top, dv_stats_create(*top, c->stats_peak_bound, &next_));
   if (c->log_path) {
     devrt_logging_options lo = {.path = c->log_path,
                                 .format = c->log_jsonl ? DEVRT_LOG_JSONL : DEVRT_LOG_CSV};

@@ -71,6 +71,8 @@ typedef struct dv_stats {
   unsigned ntags, nslots; /* entries of tags[] and keys of slots[] in use (under tag_mu) */
   pthread_mutex_t tag_mu; /* serialises adding a tag address (st_tag_add) and reading by text; taken
                              before any set's mu */
+  bool bound; /* peaks are an upper bound: no quotas, a cell's quota is its highest cur since the
+                 last read (st_fit), and a read folds their sum into the peak (st_read) */
   st_set all, other;
 } dv_stats;
 
@@ -156,10 +158,13 @@ static DV_NOINLINE void st_add_slow(st_set* s, unsigned me, const int64_t d[2], 
 
 /* The lock of cell `me` held: an allocation of d enters the cell if it fits its quota (total: a
  * new one, not a refused free being restored). */
-static DV_INLINE bool st_fit(st_cell* c, const int64_t d[2], bool total) {
-  if (DV_UNLIKELY(c->cur[0] + d[0] > c->quota[0] || c->cur[1] + 1 > c->quota[1])) return false;
+static DV_INLINE bool st_fit(st_cell* c, const int64_t d[2], bool total, bool bound) {
+  if (DV_UNLIKELY(!bound && (c->cur[0] + d[0] > c->quota[0] || c->cur[1] + 1 > c->quota[1])))
+    return false;
   c->cur[0] += d[0], c->cur[1] += 1;
   if (total) c->total[0] += d[0], c->total[1] += 1;
+  for (int k = 0; bound && k < 2; k++) /* bound: the cell's high-water mark since the last read */
+    if (c->cur[k] > c->quota[k]) c->quota[k] = c->cur[k];
   return true;
 }
 /* The overall figures and its tag's t: an allocation enters (sign 1) or leaves (sign -1) on this
@@ -172,7 +177,7 @@ static DV_INLINE void st_count(dv_stats* S, st_set* t, uint64_t size, int sign, 
   st_cell *a = &S->all.cells[me], *c = &t->cells[me];
   dv_spin_lock(&a->mu);
   if (sign > 0) {
-    bool fa = st_fit(a, d, total), fc = st_fit(c, d, total);
+    bool fa = st_fit(a, d, total, S->bound), fc = st_fit(c, d, total, S->bound);
     dv_spin_unlock(&a->mu);
     if (DV_UNLIKELY(!fa)) st_add_slow(&S->all, me, d, total);
     if (DV_UNLIKELY(!fc)) st_add_slow(t, me, d, total);
@@ -183,25 +188,41 @@ static DV_INLINE void st_count(dv_stats* S, st_set* t, uint64_t size, int sign, 
   dv_spin_unlock(&a->mu);
 }
 
+/* bound: every total since the last fold was at most the sum of the cells' high-water marks, so
+ * the peak rises to that sum, and the marks start again from each cell's cur. */
+static void st_fold(st_set* s) {
+  int64_t hi[2] = {0, 0};
+  for (unsigned j = 0; j < DV_SHARDS; j++)
+    for (int k = 0; k < 2; k++)
+      hi[k] += s->cells[j].quota[k], s->cells[j].quota[k] = s->cells[j].cur[k];
+  for (int k = 0; k < 2; k++)
+    if (hi[k] > s->peak[k]) s->peak[k] = hi[k];
+}
+
 /* A snapshot of s (all its cells locked); zeros for a set never used. */
-static devrt_memory_stats st_read(st_set* s) {
+static devrt_memory_stats st_read(st_set* s, bool bound) {
   if (!s->cells) return (devrt_memory_stats){{0}, {0}};
   int64_t sum[2], tot[2];
   pthread_mutex_lock(&s->mu);
   st_lock_all(s, sum, tot);
+  if (bound) st_fold(s);
   devrt_memory_stats st = {{sum[0], s->peak[0], tot[0]}, {sum[1], s->peak[1], tot[1]}};
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
   return st;
 }
 /* The peak of s becomes its current total; every quota its cell's cur. */
-static void st_reset(st_set* s) {
+static void st_reset(st_set* s, bool bound) {
   if (!s->cells) return;
   int64_t sum[2], tot[2];
   pthread_mutex_lock(&s->mu);
   st_lock_all(s, sum, tot);
   s->peak[0] = sum[0], s->peak[1] = sum[1];
-  st_spread(s, 0, sum);
+  if (bound)
+    for (unsigned j = 0; j < DV_SHARDS; j++)
+      for (int k = 0; k < 2; k++) s->cells[j].quota[k] = s->cells[j].cur[k];
+  else
+    st_spread(s, 0, sum);
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
 }
@@ -384,7 +405,7 @@ static DV_HOT devrt_status dv_stats_deallocate(devrt_resource* self, void* ptr, 
 static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) {
   dv_stats* S = (dv_stats*)self;
   DV_CHECK(devrt_resource_query(self->upstream, out));
-  devrt_memory_stats st = st_read(&S->all);
+  devrt_memory_stats st = st_read(&S->all, S->bound);
   out->bytes = st.bytes;
   out->count = st.count;
   return DEVRT_OK;
@@ -409,10 +430,15 @@ devrt_status devrt_statistics_resource_create(devrt_resource* upstream, devrt_re
   DV_ARG_CHECK(out, "devrt_statistics_resource_create", "out is NULL");
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_statistics_resource_create");
+  return dv_stats_create(upstream, false, out);
+}
+
+devrt_status dv_stats_create(devrt_resource* upstream, bool bound, devrt_resource** out) {
   dv_stats* S = dv_zalloc_lines(sizeof *S);
   if (!S)
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   pthread_mutex_init(&S->tag_mu, NULL);
+  S->bound = bound;
   bool records = upstream->vtable->deallocate_tagged != NULL;
   if (!(S->slots = calloc(ST_SLOTS, sizeof *S->slots)) ||
       !(S->tags = calloc(ST_TAGS, sizeof *S->tags)) || !st_set_init(&S->all, NULL) ||
@@ -440,7 +466,7 @@ devrt_status devrt_statistics_get(devrt_resource* r, const char* tag, devrt_memo
   pthread_mutex_lock(&S->tag_mu); /* by text: tag need not outlive this call, so no slot for it */
   st_set* p = !tag ? &S->all : st_by_name(S, tag);
   if (!p && !strcmp(tag, "(other)")) p = &S->other;
-  *out = p ? st_read(p) : (devrt_memory_stats){{0}, {0}};
+  *out = p ? st_read(p, S->bound) : (devrt_memory_stats){{0}, {0}};
   pthread_mutex_unlock(&S->tag_mu);
   return DEVRT_OK;
 }
@@ -452,7 +478,7 @@ devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   dv_stats* S = (dv_stats*)r;
   pthread_mutex_lock(&S->tag_mu);
   for (unsigned i = 0; i < S->ntags + 2; i++)
-    st_reset(i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other);
+    st_reset(i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other, S->bound);
   pthread_mutex_unlock(&S->tag_mu);
   return DEVRT_OK;
 }

@@ -730,7 +730,43 @@ static void suite(devrt_runtime* rt, const char* name, maker mk) {
       name, NT, ITERS, t_failures == before ? "ok" : "FAILED");
 }
 
+/* DEVRT_STATS_PEAK=bound: the runtime's statistics layer keeps exact current and total figures
+ * and a peak never below the true one (on one thread, the true one); anything else is refused. */
+static void test_peak_bound(void) {
+  setenv("DEVRT_STATS_PEAK", "sometimes", 1);
+  devrt_config cfg;
+  CHECK_STATUS(devrt_config_init(&cfg), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "DEVRT_STATS_PEAK"));
+  setenv("DEVRT_STATS_PEAK", "bound", 1);
+  REQUIRE_OK(devrt_config_init(&cfg));
+  unsetenv("DEVRT_STATS_PEAK");
+  CHECK(cfg.stats_peak_bound);
+  devrt_runtime* rt = t_runtime_cfg(&cfg);
+  devrt_resource* r = NULL;
+  REQUIRE_OK(devrt_runtime_resource(rt, &r));
+  devrt_resource* st = r;
+  while (st && strcmp(devrt_resource_name(st), "statistics")) st = devrt_resource_upstream(st);
+  if (!st) {
+    CHECK(!"the runtime's stack has a statistics layer");
+    return;
+  }
+  devrt_stream s = 0;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s));
+  void* p[3];
+  for (int round = 0; round < 2; round++) { /* the second round's peak is the first's */
+    for (int i = 0; i < 3; i++) CHECK_OK(devrt_resource_allocate(r, 1000, s, "bound", &p[i]));
+    for (int i = 0; i < 3; i++) CHECK_OK(devrt_resource_deallocate(r, p[i], 1000, s));
+    devrt_memory_stats m;
+    CHECK_OK(devrt_statistics_get(st, "bound", &m));
+    CHECK(m.bytes.current == 0 && m.bytes.peak == 3000 && m.bytes.total == 3000 * (round + 1));
+    CHECK(m.count.current == 0 && m.count.peak == 3 && m.count.total == 3 * (round + 1));
+  }
+  CHECK_OK(devrt_stream_release(rt, s));
+  CHECK_OK(devrt_runtime_destroy(rt));
+}
+
 int main(void) {
+  test_peak_bound();
   devrt_runtime* rt = t_runtime();
   suite(rt, "fake", fake_new);
   suite(rt, "async", async_new);
