@@ -13,4 +13,5 @@
 #include "devrt/semaphore.h"
 #include "devrt/queue.h"
 #include "devrt/partition.h"
+#include "devrt/torch.h"
 #endif

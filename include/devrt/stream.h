@@ -35,6 +35,37 @@ devrt_status devrt_stream_synchronize(devrt_runtime* rt, devrt_stream stream);
  * the id is held. Thread-safe. */
 devrt_status devrt_stream_native(devrt_runtime* rt, devrt_stream stream, void** out);
 
+/* ---- foreign streams: a framework's stream as a devrt stream id ---- */
+
+/* CUDA's special stream handles (CU_STREAM_LEGACY / cudaStreamLegacy, CU_STREAM_PER_THREAD /
+ * cudaStreamPerThread). NULL, like DEVRT_STREAM_LEGACY, names the legacy default stream. */
+#define DEVRT_STREAM_LEGACY ((void*)0x1)
+#define DEVRT_STREAM_PER_THREAD ((void*)0x2)
+
+/* Turns a stream devrt did not create into a stream id every devrt call takes like a pool
+ * stream's (per-stream caching, stream-ordered frees, blocks, recorded launches, the queue).
+ * native: on cuda a CUstream of the device's primary context (the runtime API's and PyTorch's)
+ * or of a green context of it (devrt's events must be recordable on it); on host, a host
+ * stream of the same ordinal (e.g. another runtime's devrt_stream_native). It must stay alive
+ * until its last import is forgotten; devrt never destroys it.
+ * Importing a handle already imported (and not yet forgotten as often) gives the same id and
+ * counts one more import. NULL and DEVRT_STREAM_LEGACY name the legacy default stream: devrt
+ * gives it a stream of its own that CUDA orders with it both ways (a blocking stream of the
+ * primary context: it waits for earlier legacy-stream work, later legacy-stream work waits for
+ * it), so work devrt issues on the id is ordered with the framework's work on stream 0;
+ * devrt_stream_native of that id gives this stream, not NULL. DEVRT_STREAM_PER_THREAD is
+ * refused (UNSUPPORTED): it is another stream on every thread, and devrt issues a stream's work
+ * from several threads. A stream devrt created for this runtime's own pool is refused
+ * (INVALID_ARGUMENT: use its id). Imported streams take the slots kept for partitions:
+ * OUT_OF_RESOURCES, naming DEVRT_PARTITION_STREAMS, when none is left. Thread-safe. */
+devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* out);
+
+/* Drops one import of `stream`. The last one synchronizes the stream, has every layer forget it
+ * (caches, pending frees, marks), gives the slot back and makes the id stale (refused by every
+ * call, a second forget included); the native stream itself is left alone. No call on the id may
+ * be in flight then. A pool stream's id is refused (release it). Thread-safe. */
+devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream stream);
+
 typedef void (*devrt_host_fn)(void* user);
 
 /* Enqueues fn(user) on the stream: it runs on a driver (or worker) thread once prior work is

@@ -83,6 +83,16 @@ typedef struct dv_backend {
   /* green: NULL for the whole device (primary context) */
   devrt_status (*stream_create)(dv_dev* d, dv_green* green, int priority, dv_stream** out);
   void (*stream_destroy)(dv_dev* d, dv_stream* s);
+  /* Foreign streams (devrt_stream_import). stream_wrap: a dv_stream for a live native stream
+   * devrt did not create (a CUstream of the device; on host, a host stream of a device of the
+   * same ordinal), which stream_unwrap forgets without destroying the native stream.
+   * stream_legacy: a stream devrt owns (stream_destroy) standing for the device's legacy default
+   * stream: on cuda a blocking stream (no CU_STREAM_NON_BLOCKING) of the primary context, which
+   * CUDA orders after earlier and before later work of that context's legacy stream; on host a
+   * plain stream (the host has no legacy stream). */
+  devrt_status (*stream_wrap)(dv_dev* d, void* native, dv_stream** out);
+  void (*stream_unwrap)(dv_dev* d, dv_stream* s);
+  devrt_status (*stream_legacy)(dv_dev* d, dv_stream** out);
 
   devrt_status (*event_create)(dv_dev* d, unsigned flags, dv_event** out);
   void (*event_destroy)(dv_dev* d, dv_event* e);

@@ -171,6 +171,26 @@ static void cu_stream_destroy(dv_dev* d, dv_stream* s) {
   D->cuStreamDestroy((CUstream)s);
 }
 
+/* The CUstream is the dv_stream: a foreign handle is used as it is and never destroyed. */
+static devrt_status cu_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
+  (void)d;
+  *out = (dv_stream*)native;
+  return DEVRT_OK;
+}
+
+static void cu_stream_unwrap(dv_dev* d, dv_stream* s) { (void)d, (void)s; }
+
+static devrt_status cu_stream_legacy(dv_dev* d, dv_stream** out) {
+  DV_CHECK(push(d, NULL));
+  CUstream s;
+  CUresult r = D->cuStreamCreateWithPriority(&s, CU_STREAM_DEFAULT, 0); /* blocking */
+  pop();
+  if (r != CUDA_SUCCESS)
+    return dv_cu_fail(r, "cuStreamCreateWithPriority", "(blocking, for the legacy default stream)");
+  *out = (dv_stream*)s;
+  return DEVRT_OK;
+}
+
 static devrt_status cu_stream_sync(dv_stream* s) {
   CU(D->cuStreamSynchronize((CUstream)s), "cuStreamSynchronize", "(stream %p)", (void*)s);
   return DEVRT_OK;
@@ -474,6 +494,9 @@ const dv_backend dv_cuda_backend = {
     .device_info = cu_device_info,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
+    .stream_wrap = cu_stream_wrap,
+    .stream_unwrap = cu_stream_unwrap,
+    .stream_legacy = cu_stream_legacy,
     .stream_sync = cu_stream_sync,
     .stream_native = cu_stream_native,
     .event_create = cu_event_create,

@@ -14,7 +14,7 @@
 
 /* Every allocation carries a 256-byte header in front of the returned pointer. */
 #define HDR ((size_t)256)
-enum { MAGIC_POOL = 0x504f4f4cu, MAGIC_MEM = 0x4d454d21u };
+enum { MAGIC_POOL = 0x504f4f4cu, MAGIC_MEM = 0x4d454d21u, MAGIC_STREAM = 0x5354524du };
 typedef struct hdr {
   uint64_t size;
   uint32_t magic;
@@ -87,6 +87,7 @@ struct dv_stream {
   _Atomic uint64_t completed; /* ops finished; written under mu, read lock-free */
   bool stop;                  /* under mu */
   _Atomic unsigned refs;      /* the stream's owner + events and waits that name it */
+  uint32_t magic;             /* MAGIC_STREAM from creation until its owner destroys it */
 };
 
 /* A fence: reached when s->completed >= target. s NULL: never recorded. */
@@ -273,6 +274,7 @@ static devrt_status host_stream_create(dv_dev* d, dv_green* green, int priority,
   if (!s) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: out of host memory");
   s->dev = d;
   s->green = green;
+  s->magic = MAGIC_STREAM;
   atomic_init(&s->completed, 0);
   atomic_init(&s->refs, 1);
   pthread_mutex_init(&s->mu, NULL);
@@ -301,6 +303,7 @@ static void host_stream_destroy(dv_dev* d, dv_stream* s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   s->stop = true; /* the worker drains the queue, then exits */
+  s->magic = 0;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);
@@ -317,6 +320,38 @@ static devrt_status host_stream_sync(dv_stream* s) {
 }
 
 static void* host_stream_native(dv_stream* s) { return s; }
+
+/* A host stream created by any host device of the same ordinal (another runtime's): it is held
+ * by a reference, so events recorded on it stay valid; its owner still destroys it. */
+static devrt_status host_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
+  dv_stream* s = native;
+  bool live = false;
+  if (s->magic == MAGIC_STREAM) {
+    pthread_mutex_lock(&s->mu);
+    live = !s->stop && s->magic == MAGIC_STREAM;
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (!live)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host stream_wrap: %p is not a live host stream (destroyed, or not a stream)",
+                   native);
+  if (s->dev->ordinal != d->ordinal)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host stream_wrap: stream %p belongs to host device %d, not %d", native,
+                   s->dev->ordinal, d->ordinal);
+  stream_ref(s);
+  *out = s;
+  return DEVRT_OK;
+}
+
+static void host_stream_unwrap(dv_dev* d, dv_stream* s) {
+  (void)d;
+  stream_unref(s);
+}
+
+static devrt_status host_stream_legacy(dv_dev* d, dv_stream** out) {
+  return host_stream_create(d, NULL, 0, out);
+}
 
 /* ---- events ---- */
 
@@ -699,6 +734,9 @@ const dv_backend dv_host_backend = {
     .device_info = host_device_info,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
+    .stream_wrap = host_stream_wrap,
+    .stream_unwrap = host_stream_unwrap,
+    .stream_legacy = host_stream_legacy,
     .stream_sync = host_stream_sync,
     .stream_native = host_stream_native,
     .event_create = host_event_create,

@@ -2,8 +2,11 @@
  * each partition's (src/partition). Slots hold backend streams that are reused after release;
  * each lease gets a fresh process-unique id, so a released, foreign or made-up id is detected by
  * one atomic compare (dv_stream_get). One slot past the pool is the runtime's own
- * (dv_internal_stream): block frees go there; the slots after it are kept for partitions. */
+ * (dv_internal_stream): block frees go there; the slots after it are kept for partitions and
+ * imported streams (devrt_stream_import: a foreign native stream, wrapped, never destroyed). */
 #include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include "../core/runtime.h"
 
@@ -48,12 +51,26 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt) {
 }
 
 void dv_stream_pool_fini(devrt_runtime* rt) {
-  for (unsigned i = 0; i < rt->nslots; i++)
-    if (rt->slots[i].s) rt->be->stream_destroy(rt->dev, rt->slots[i].s);
+  for (unsigned i = 0; i < rt->nslots; i++) {
+    dv_slot* sl = &rt->slots[i];
+    if (sl->s && sl->foreign == DV_FOREIGN_WRAPPED) { /* still imported: left to its owner */
+      rt->be->stream_sync(sl->s);
+      rt->be->stream_unwrap(rt->dev, sl->s);
+    } else if (sl->s) {
+      rt->be->stream_destroy(rt->dev, sl->s);
+    }
+  }
   free(rt->slots);
   free(rt->pool.slots);
   pthread_cond_destroy(&rt->pool_cv);
   pthread_mutex_destroy(&rt->pool_mu);
+}
+
+/* How many slots hold imported streams now (pool_mu held). */
+static unsigned imported_count(devrt_runtime* rt) {
+  unsigned n = 0;
+  for (unsigned i = rt->npool + 1; i < rt->nslots; i++) n += rt->slots[i].foreign != 0;
+  return n;
 }
 
 devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority,
@@ -66,9 +83,9 @@ devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int 
   for (unsigned k = 0; k < n && s == DEVRT_OK; k++) {
     if (rt->spare_head < 0) {
       s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
-                  "partition pool: the %u stream slots for partitions are all taken "
-                  "(DEVRT_PARTITION_STREAMS / devrt_config.partition_streams)",
-                  rt->cfg.partition_streams);
+                  "partition pool: the %u stream slots for partitions are all taken (%u by "
+                  "imported streams; DEVRT_PARTITION_STREAMS / devrt_config.partition_streams)",
+                  rt->cfg.partition_streams, imported_count(rt));
       break;
     }
     unsigned i = (unsigned)rt->spare_head;
@@ -184,7 +201,11 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   dv_stream* unused = NULL;
   pthread_mutex_lock(&rt->pool_mu);
   devrt_status s = dv_stream_get(rt, id, &unused, "devrt_stream_release");
-  if (s == DEVRT_OK && DV_SID_SLOT(id) == rt->npool)
+  if (s == DEVRT_OK && rt->slots[DV_SID_SLOT(id)].foreign)
+    s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                "devrt_stream_release: stream %#" PRIx64 " was imported (devrt_stream_forget it)",
+                id);
+  else if (s == DEVRT_OK && DV_SID_SLOT(id) == rt->npool)
     s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                 "devrt_stream_release: stream %#" PRIx64 " is the runtime's own", id);
   if (s == DEVRT_OK) {
@@ -227,4 +248,112 @@ devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream id, devrt_ho
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, id, &s, "devrt_stream_host_func"));
   return rt->be->host_func(s, fn, user);
+}
+
+/* ---- imported streams ---- */
+
+devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* out) {
+  DV_RT_CHECK(rt, "devrt_stream_import");
+  DV_ARG_CHECK(out, "devrt_stream_import", "out is NULL");
+  if (native == DEVRT_STREAM_PER_THREAD)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "devrt_stream_import: the per-thread default stream (%p) is refused: it is "
+                   "another stream on every thread, and devrt issues a stream's work from several "
+                   "threads (import the stream itself)",
+                   native);
+  if (native == DEVRT_STREAM_LEGACY) native = NULL; /* one stream, two spellings */
+  devrt_status s = DEVRT_OK;
+  pthread_mutex_lock(&rt->pool_mu);
+  for (unsigned i = 0; native && i <= rt->npool; i++) { /* the pool's and the runtime's own */
+    dv_slot* sl = &rt->slots[i];
+    if (sl->s && rt->be->stream_native(sl->s) == native) {
+      s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                  "devrt_stream_import: stream %p is this runtime's own (slot %u): use its id",
+                  native, i);
+      goto out;
+    }
+  }
+  for (unsigned i = rt->npool + 1; i < rt->nslots; i++) {
+    dv_slot* sl = &rt->slots[i];
+    if (sl->foreign && !sl->retiring && sl->native == native) {
+      if (sl->holders == UINT_MAX) {
+        s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                    "devrt_stream_import: stream %p is imported %u times already", native,
+                    sl->holders);
+        goto out;
+      }
+      sl->holders++;
+      *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
+      goto out;
+    }
+  }
+  if (rt->spare_head < 0) {
+    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                "devrt_stream_import: no stream slot left for %p: imported streams (%u now) and "
+                "partitions share the %u slots of DEVRT_PARTITION_STREAMS / "
+                "devrt_config.partition_streams",
+                native, imported_count(rt), rt->cfg.partition_streams);
+    goto out;
+  }
+  unsigned i = (unsigned)rt->spare_head;
+  dv_slot* sl = &rt->slots[i];
+  s = native ? rt->be->stream_wrap(rt->dev, native, &sl->s)
+             : rt->be->stream_legacy(rt->dev, &sl->s);
+  if (s != DEVRT_OK) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", devrt_last_error());
+    s = dv_fail(s, "devrt_stream_import: %s", msg);
+    sl->s = NULL;
+    goto out;
+  }
+  rt->spare_head = sl->next_free;
+  sl->next_free = -1;
+  sl->pool = NULL;
+  sl->foreign = native ? DV_FOREIGN_WRAPPED : DV_FOREIGN_LEGACY;
+  sl->native = native;
+  sl->lease++;
+  sl->holders = 1;
+  devrt_stream id = DV_SID(rt->serial, i, sl->lease);
+  atomic_store_explicit(&sl->id, id, memory_order_release);
+  *out = id;
+out:
+  pthread_mutex_unlock(&rt->pool_mu);
+  return s;
+}
+
+devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream id) {
+  DV_RT_CHECK(rt, "devrt_stream_forget");
+  dv_stream* unused = NULL;
+  bool last = false;
+  pthread_mutex_lock(&rt->pool_mu);
+  devrt_status s = dv_stream_get(rt, id, &unused, "devrt_stream_forget");
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
+  if (s == DEVRT_OK && !sl->foreign)
+    s = dv_fail(
+        DEVRT_ERR_INVALID_ARGUMENT,
+        "devrt_stream_forget: stream %#" PRIx64 " was not imported (%s)", id,
+        DV_SID_SLOT(id) == rt->npool ? "it is the runtime's own" : "devrt_stream_release it");
+  if (s == DEVRT_OK && --sl->holders == 0) {
+    atomic_store_explicit(&sl->id, 0, memory_order_release); /* stale from here on */
+    sl->retiring = true; /* a new import of the handle takes another slot meanwhile */
+    last = true;
+  }
+  pthread_mutex_unlock(&rt->pool_mu);
+  if (!last) return s;
+  /* As dv_pool_destroy: synchronized, then every layer forgets it (nobody else reaches it). */
+  s = rt->be->stream_sync(sl->s);
+  dv_events_retire(rt, DV_SID_SLOT(id));
+  dv_resources_stream_retired(rt, id);
+  if (sl->foreign == DV_FOREIGN_LEGACY)
+    rt->be->stream_destroy(rt->dev, sl->s);
+  else
+    rt->be->stream_unwrap(rt->dev, sl->s);
+  pthread_mutex_lock(&rt->pool_mu);
+  sl->s = NULL;
+  sl->foreign = DV_FOREIGN_NONE;
+  sl->native = NULL;
+  sl->retiring = false;
+  push_spare(rt, DV_SID_SLOT(id));
+  pthread_mutex_unlock(&rt->pool_mu);
+  return s;
 }

@@ -37,7 +37,13 @@ typedef struct dv_slot {
   uint32_t lease;      /* guarded by pool_mu */
   unsigned holders;    /* guarded by pool_mu; >1 when shared */
   int next_free;       /* guarded by pool_mu; -1 ends the list */
+  uint8_t foreign;     /* guarded by pool_mu: DV_FOREIGN_* (an imported stream's slot) */
+  bool retiring;       /* guarded by pool_mu: its last import was forgotten, being retired */
+  void* native;        /* guarded by pool_mu: the imported handle (NULL: the legacy stream) */
 } dv_slot;
+/* How a slot holds its stream: created by devrt; wrapping a foreign native stream (never
+ * destroyed by devrt); created by devrt to stand for the legacy default stream (imported). */
+enum { DV_FOREIGN_NONE, DV_FOREIGN_WRAPPED, DV_FOREIGN_LEGACY };
 
 /* A point in one stream slot's work (a mark). Marks of one slot are numbered in the order of the
  * work they follow, so the newest covers the older ones. A launch's mark is lazy: its event is

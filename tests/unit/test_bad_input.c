@@ -1,5 +1,6 @@
 /* test_bad_input.c: every public call refuses bad input (NULL, zero size, unknown flags, foreign
  * or dead handles, out-of-range values) with INVALID_ARGUMENT and a message naming the call. */
+#include "devrt/torch.h"
 #include "test.h"
 
 #define BAD(expr, call)                              \
@@ -121,6 +122,46 @@ int main(void) {
   BAD(devrt_memcpy_async(rt, NULL, &p, 8, s), "devrt_memcpy_async");
   BAD(devrt_memcpy_async(rt, &p, &p, 0, s), "devrt_memcpy_async");
   BAD(devrt_memcpy_async(rt, &p, &p, 8, theirs), "devrt_memcpy_async");
+
+  /* Foreign streams and the torch entry points. */
+  devrt_stream imp = 0, own = 0;
+  void *native = NULL, *their_native = NULL;
+  REQUIRE_OK(devrt_stream_native(rt, s, &native));
+  REQUIRE_OK(devrt_stream_native(other, theirs, &their_native));
+  REQUIRE_OK(dv_internal_stream(rt, &own));
+  BAD(devrt_stream_import(NULL, their_native, &imp), "devrt_stream_import");
+  BAD(devrt_stream_import(rt, their_native, NULL), "devrt_stream_import");
+  BAD(devrt_stream_import(rt, native, &imp), "devrt_stream_import"); /* devrt's own stream */
+  CHECK_STATUS(devrt_stream_import(rt, DEVRT_STREAM_PER_THREAD, &imp), DEVRT_ERR_UNSUPPORTED);
+  CHECK(strstr(devrt_last_error(), "devrt_stream_import") != NULL);
+  if (!t_is_cuda(rt)) { /* the host backend tells a stream from other memory */
+    void* junk = calloc(1, 4096);
+    BAD(devrt_stream_import(rt, junk, &imp), "devrt_stream_import");
+    free(junk);
+  }
+  BAD(devrt_stream_forget(NULL, s), "devrt_stream_forget");
+  BAD(devrt_stream_forget(rt, 0), "devrt_stream_forget");
+  BAD(devrt_stream_forget(rt, s + 1), "devrt_stream_forget"); /* forged: another lease */
+  BAD(devrt_stream_forget(rt, (devrt_stream)0x123456789abcdefull), "devrt_stream_forget");
+  BAD(devrt_stream_forget(rt, s), "devrt_stream_forget");      /* a pool stream: release it */
+  BAD(devrt_stream_forget(rt, own), "devrt_stream_forget");    /* the runtime's own */
+  BAD(devrt_stream_forget(rt, theirs), "devrt_stream_forget"); /* another runtime's */
+  REQUIRE_OK(devrt_stream_import(rt, their_native, &imp));
+  BAD(devrt_stream_forget(other, imp), "devrt_stream_forget"); /* the wrong runtime */
+  BAD(devrt_stream_release(rt, imp), "devrt_stream_release");  /* imported: forget it */
+  CHECK_OK(devrt_stream_forget(rt, imp));
+  BAD(devrt_stream_forget(rt, imp), "devrt_stream_forget"); /* forgotten as often as imported */
+  BAD(devrt_stream_synchronize(rt, imp), "devrt_stream_synchronize"); /* stale */
+  CHECK(devrt_torch_alloc(64, -1, NULL) == NULL);
+  CHECK(strstr(devrt_last_error(), "devrt_torch_alloc") != NULL);
+  CHECK(devrt_torch_alloc(64, DEVRT_MAX_ORDINALS, NULL) == NULL);
+  CHECK(strstr(devrt_last_error(), "devrt_torch_alloc") != NULL);
+  CHECK(devrt_torch_alloc(64, 0, DEVRT_STREAM_PER_THREAD) == NULL);
+  CHECK(strstr(devrt_last_error(), "devrt_torch_alloc") != NULL);
+  devrt_torch_free(&imp, 64, -1, NULL);
+  CHECK(strstr(devrt_last_error(), "devrt_torch_free") != NULL);
+  devrt_torch_free(&imp, 64, 0, NULL); /* not devrt's memory */
+  CHECK(strstr(devrt_last_error(), "devrt_torch_free") != NULL);
 
   CHECK_OK(devrt_event_destroy(rt, ev));
   CHECK_OK(devrt_stream_release(rt, s));

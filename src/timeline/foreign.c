@@ -1,0 +1,122 @@
+/* foreign.c: PyTorch's pluggable-allocator entry points (devrt/torch.h). Each (ordinal, stream
+ * handle) is imported once into the ordinal's process-wide runtime and its id kept in a
+ * per-ordinal open-addressing table read without a lock; a miss, or an id made stale by someone
+ * forgetting the import, imports again under the table's mutex. Entries are never removed: the
+ * imports are held for the life of the process, so the keys are at most the slots there are. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "devrt/torch.h"
+#include "../core/runtime.h"
+
+enum { CAP = 2 * DV_SID_SLOTS }; /* more entries than any runtime has slots: never full */
+
+typedef struct torch_map {
+  pthread_mutex_t mu;           /* inserts and re-imports */
+  _Atomic uintptr_t key[CAP];   /* the handle; written before id */
+  _Atomic devrt_stream id[CAP]; /* 0: empty; published with release */
+} torch_map;
+
+static _Atomic(torch_map*) maps[DEVRT_MAX_ORDINALS];
+static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned hash(uintptr_t k) {
+  uint64_t h = (uint64_t)k * 0x9e3779b97f4a7c15ull;
+  return (unsigned)(h >> 40) & (CAP - 1);
+}
+
+/* The entry of k, or the empty one where it would go; CAP when the table is full. */
+static unsigned find(torch_map* m, uintptr_t k, devrt_stream* id) {
+  unsigned h = hash(k);
+  for (unsigned n = 0; n < CAP; n++, h = (h + 1) & (CAP - 1)) {
+    *id = atomic_load_explicit(&m->id[h], memory_order_acquire);
+    if (!*id || atomic_load_explicit(&m->key[h], memory_order_relaxed) == k) return h;
+  }
+  *id = 0;
+  return CAP;
+}
+
+static bool live(devrt_runtime* rt, devrt_stream id) {
+  return id && atomic_load_explicit(&rt->slots[DV_SID_SLOT(id)].id, memory_order_acquire) == id;
+}
+
+static devrt_status torch_map_of(int device, torch_map** out) {
+  torch_map* m = atomic_load_explicit(&maps[device], memory_order_acquire);
+  if (!m) {
+    pthread_mutex_lock(&maps_mu);
+    m = atomic_load_explicit(&maps[device], memory_order_relaxed);
+    if (!m && (m = calloc(1, sizeof *m)) != NULL) {
+      pthread_mutex_init(&m->mu, NULL);
+      atomic_store_explicit(&maps[device], m, memory_order_release);
+    }
+    pthread_mutex_unlock(&maps_mu);
+    if (!m) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory for the stream table");
+  }
+  *out = m;
+  return DEVRT_OK;
+}
+
+/* The id of `stream` in the runtime of `device` (rt), imported on first use. */
+static devrt_status torch_stream(devrt_runtime* rt, int device, void* stream, devrt_stream* out) {
+  if (stream == DEVRT_STREAM_LEGACY) stream = NULL; /* one key for the legacy stream */
+  uintptr_t k = (uintptr_t)stream;
+  torch_map* m = NULL;
+  DV_CHECK(torch_map_of(device, &m));
+  devrt_stream id;
+  find(m, k, &id);
+  if (DV_LIKELY(live(rt, id))) {
+    *out = id;
+    return DEVRT_OK;
+  }
+  devrt_status s = DEVRT_OK;
+  pthread_mutex_lock(&m->mu);
+  unsigned h = find(m, k, &id);
+  if (!live(rt, id)) {
+    if (h == CAP)
+      s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%u stream handles imported already", CAP);
+    else if ((s = devrt_stream_import(rt, stream, &id)) == DEVRT_OK) {
+      atomic_store_explicit(&m->key[h], k, memory_order_relaxed);
+      atomic_store_explicit(&m->id[h], id, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  *out = id;
+  return s;
+}
+
+/* Refails with the same status and `call(args): ` in front of the message. */
+static void refail(devrt_status s, const char* call, size_t size, int device, void* stream) {
+  char msg[768];
+  snprintf(msg, sizeof msg, "%s", devrt_last_error());
+  dv_fail(s, "%s(%zu bytes, device %d, stream %p): %s", call, size, device, stream, msg);
+}
+
+void* devrt_torch_alloc(size_t size, int device, void* stream) {
+  dv_error_clear();
+  if (size == 0) return NULL;
+  devrt_runtime* rt;
+  devrt_resource* r;
+  devrt_stream id = 0;
+  void* p = NULL;
+  devrt_status s = devrt_runtime_get(device, &rt);
+  if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
+  if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
+  if (s == DEVRT_OK) s = devrt_resource_allocate(r, size, id, "torch", &p);
+  if (s != DEVRT_OK) {
+    refail(s, "devrt_torch_alloc", size, device, stream);
+    return NULL;
+  }
+  return p;
+}
+
+void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
+  dv_error_clear();
+  if (!ptr) return;
+  devrt_runtime* rt;
+  devrt_resource* r;
+  devrt_stream id = 0;
+  devrt_status s = devrt_runtime_get(device, &rt);
+  if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
+  if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
+  if (s == DEVRT_OK) s = devrt_resource_deallocate(r, ptr, size, id);
+  if (s != DEVRT_OK) refail(s, "devrt_torch_free", size, device, stream);
+}
