@@ -37,6 +37,19 @@ static devrt_status env_u64(const char* name, uint64_t lo, uint64_t hi, uint64_t
   return DEVRT_OK;
 }
 
+/* A variable that names one of two words: *second says whether it named the second; unset or
+ * empty leaves it. */
+static devrt_status env_pick(const char* name, const char* first, const char* second,
+                             bool* second_out) {
+  const char* v = getenv(name);
+  if (!v || !*v) return DEVRT_OK;
+  if (strcmp(v, first) && strcmp(v, second))
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: %s=\"%s\" is not %s or %s", name,
+                   v, first, second);
+  *second_out = !strcmp(v, second);
+  return DEVRT_OK;
+}
+
 devrt_status devrt_config_init(devrt_config* cfg) {
   DV_ARG_CHECK(cfg, "devrt_config_init", "cfg is NULL");
   memset(cfg, 0, sizeof *cfg);
@@ -91,37 +104,15 @@ devrt_status devrt_config_init(devrt_config* cfg) {
                      "percentage (1%%..100%%)",
                      bud);
   }
-  const char* c = getenv("DEVRT_CACHE");
-  if (c && *c) {
-    if (strcmp(c, "0") && strcmp(c, "1"))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                     "devrt_config_init: DEVRT_CACHE=\"%s\" is not 0 or 1", c);
-    cfg->cache = c[0] == '1';
-  }
+  DV_CHECK(env_pick("DEVRT_CACHE", "0", "1", &cfg->cache));
   const char* log = getenv("DEVRT_LOG");
   cfg->log_path = log && *log ? log : NULL;
-  const char* lf = getenv("DEVRT_LOG_FORMAT");
-  if (lf && *lf) {
-    if (strcmp(lf, "csv") && strcmp(lf, "jsonl"))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                     "devrt_config_init: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl", lf);
-    cfg->log_jsonl = lf[0] == 'j';
-  }
-  const char* sp = getenv("DEVRT_STATS_PEAK");
-  if (sp && *sp) {
-    if (strcmp(sp, "exact") && strcmp(sp, "bound"))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                     "devrt_config_init: DEVRT_STATS_PEAK=\"%s\" is not exact or bound", sp);
-    cfg->stats_peak_bound = sp[0] == 'b';
-  }
+  DV_CHECK(env_pick("DEVRT_LOG_FORMAT", "csv", "jsonl", &cfg->log_jsonl));
+  DV_CHECK(env_pick("DEVRT_STATS_PEAK", "exact", "bound", &cfg->stats_peak_bound));
   DV_CHECK(env_u64("DEVRT_WAIT_SPIN_NS", 0, 1000000000, &cfg->wait_spin_ns));
-  const char* cm = getenv("DEVRT_COMPLETION");
-  if (cm && *cm) {
-    if (strcmp(cm, "sync") && strcmp(cm, "hostfn"))
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                     "devrt_config_init: DEVRT_COMPLETION=\"%s\" is not sync or hostfn", cm);
-    cfg->completion = cm[0] == 'h';
-  }
+  bool hostfn = cfg->completion == 1;
+  DV_CHECK(env_pick("DEVRT_COMPLETION", "sync", "hostfn", &hostfn));
+  cfg->completion = hostfn;
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
   if (p && *p) {
     char* end;
