@@ -57,8 +57,8 @@ typedef struct st_ent {
   st_set* tag;
 } st_ent;
 typedef struct st_shard {
-  _Alignas(DV_LINE) dv_spin mu;
-  st_ent* e; /* open addressing, linear probing, load <= 1/2 */
+  _Alignas(DV_LINE) pthread_mutex_t mu; /* a mutex: st_insert may grow the table under it */
+  st_ent* e;                            /* open addressing, linear probing, load <= 1/2 */
   size_t cap, n;
 } st_shard;
 
@@ -349,9 +349,9 @@ static DV_NOINLINE devrt_status map_add(dv_stats* S, void** out, size_t size, de
                                         const char* tag, st_set* t) {
   uintptr_t k = (uintptr_t)*out;
   st_shard* sh = st_shard_of(S, k);
-  dv_spin_lock(&sh->mu);
+  pthread_mutex_lock(&sh->mu);
   bool ok = st_insert(sh, (st_ent){k, size, t});
-  dv_spin_unlock(&sh->mu);
+  pthread_mutex_unlock(&sh->mu);
   if (ok) return DEVRT_OK;
   UP_DEALLOCATE(&S->base, *out, size, stream);
   *out = NULL;
@@ -364,16 +364,16 @@ static DV_NOINLINE devrt_status map_deallocate(dv_stats* S, void* ptr, size_t si
   uintptr_t k = (uintptr_t)ptr;
   st_shard* sh = st_shard_of(S, k);
   st_ent e;
-  dv_spin_lock(&sh->mu);
+  pthread_mutex_lock(&sh->mu);
   bool known = st_remove(sh, k, &e);
-  dv_spin_unlock(&sh->mu);
+  pthread_mutex_unlock(&sh->mu);
   if (!known) return UP_DEALLOCATE(&S->base, ptr, size, stream); /* upstream refuses it */
   st_count(S, e.tag, e.size, -1, false);
   devrt_status s = UP_DEALLOCATE(&S->base, ptr, size, stream);
   if (s != DEVRT_OK) { /* refused: the allocation is still there */
-    dv_spin_lock(&sh->mu);
+    pthread_mutex_lock(&sh->mu);
     bool back = st_insert(sh, e);
-    dv_spin_unlock(&sh->mu);
+    pthread_mutex_unlock(&sh->mu);
     if (back) st_count(S, e.tag, e.size, 1, false);
   }
   return s;
@@ -413,7 +413,10 @@ static devrt_status st_query(devrt_resource* self, devrt_resource_figures* out) 
 
 static void st_destroy(devrt_resource* self) {
   dv_stats* S = (dv_stats*)self;
-  for (int i = 0; S->shards && i < ST_SHARDS; i++) free(S->shards[i].e);
+  for (int i = 0; S->shards && i < ST_SHARDS; i++) {
+    free(S->shards[i].e);
+    pthread_mutex_destroy(&S->shards[i].mu); /* initialised whenever shards exist */
+  }
   for (unsigned i = 0; S->tags && i < S->ntags; i++) st_set_fini(&S->tags[i].c);
   st_set_fini(&S->all), st_set_fini(&S->other);
   free(S->shards), free(S->slots), free(S->tags);
@@ -447,6 +450,7 @@ devrt_status dv_stats_create(devrt_resource* upstream, bool bound, devrt_resourc
     st_destroy(&S->base);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_statistics_resource_create: no host memory");
   }
+  for (int i = 0; S->shards && i < ST_SHARDS; i++) pthread_mutex_init(&S->shards[i].mu, NULL);
   devrt_status s =
       devrt_resource_init(&S->base, &stats_vtable, "statistics", upstream->rt, upstream);
   if (s != DEVRT_OK) {
