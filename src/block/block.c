@@ -297,7 +297,7 @@ dv_wait* dv_wait_room(unsigned n) {
 
 /* Where each source slot's entry sits in the wait list this thread is gathering: a hint that the
  * list confirms (w[k].slot == slot), so it needs no clearing between lists, and a wait is found in
- * one step however many slots the list holds. (Not DV_TLS: 8 KiB is too much for static TLS.) */
+ * one step however many slots the list holds. */
 static _Thread_local uint16_t wait_at[DV_SID_SLOTS];
 _Static_assert(DV_SID_SLOTS <= 65536, "wait_at holds list positions as uint16_t");
 

@@ -21,12 +21,7 @@
  * between the driver's calls), and a rare path such an entry must not pull in. */
 #define DV_FLATTEN __attribute__((flatten))
 #define DV_NOINLINE __attribute__((noinline))
-/* A hot path's thread-local word: one %fs-relative access, where the default model for shared
- * libraries reads the thread pointer first (or calls __tls_get_addr). Small: a library loaded
- * with dlopen takes it from the static TLS surplus. */
-#define DV_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 #else
-#define DV_TLS _Thread_local
 #define DV_COLD
 #define DV_HOT
 #define DV_FLATTEN
@@ -54,7 +49,7 @@ devrt_status dv_fail(devrt_status status, const char* fmt, ...) DV_PRINTF(2, 3) 
  * calls included, runs under DV_KEEP_ERROR: neither its clears nor its own failures touch the
  * message of the failure being returned. */
 enum { DV_ERROR_SET = 1, DV_ERROR_KEEP = 2 }; /* DV_ERROR_KEEP per DV_KEEP_ERROR level */
-extern DV_TLS unsigned dv_error_state; /* SET: the message is not "" (initial-exec: one load) */
+extern _Thread_local unsigned dv_error_state; /* SET: the message is not "" */
 void dv_error_reset(void);
 static inline void dv_error_clear(void) {
   if (DV_UNLIKELY(dv_error_state == DV_ERROR_SET)) dv_error_reset();

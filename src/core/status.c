@@ -4,7 +4,7 @@
 #include "error.h"
 
 static _Thread_local char last_error[1024];
-DV_TLS unsigned dv_error_state;
+_Thread_local unsigned dv_error_state;
 
 static const char* const names[DEVRT_STATUS_COUNT_] = {
     "OK",

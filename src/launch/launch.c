@@ -226,7 +226,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   if (st != DEVRT_OK) return st;
   if (!out && !how.g) dv_repeat_save(rt, slot, &x, ev, gain);
 done:;
-  static DV_TLS unsigned launches; /* this thread's: no shared word for the count */
+  static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
   if (DV_UNLIKELY(++launches % REAP_EVERY == 0) &&
       atomic_load_explicit(&rt->stack, memory_order_relaxed))
     if (devrt_reap_pending(rt, 0, NULL) != DEVRT_OK) /* opportunistic: a failure here */

@@ -44,7 +44,7 @@ struct devrt_account {
 
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else
  * one of the shared ones. */
-extern DV_TLS unsigned dv_tshard; /* DV_SHARDS until one is assigned */
+extern _Thread_local unsigned dv_tshard; /* DV_SHARDS until one is assigned */
 extern _Atomic unsigned
     dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 /* The shards any thread has written below: a thread raises the span before it writes. */

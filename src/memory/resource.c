@@ -9,7 +9,7 @@
 
 /* ---- the shared account (account.h) ---- */
 
-DV_TLS unsigned dv_tshard = DV_SHARDS;
+_Thread_local unsigned dv_tshard = DV_SHARDS;
 static _Atomic uint64_t owned;       /* bit i: owned shard i is taken by a live thread */
 static _Atomic unsigned next_shared; /* round robin over the shared shards */
 _Atomic unsigned dv_shard_span;
