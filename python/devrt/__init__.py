@@ -1,0 +1,178 @@
+"""devrt: Python access to devrt's process-wide runtimes over ctypes.
+
+    import devrt
+    devrt.configure(budget="60%")   # before the runtime's first use
+    devrt.info()                    # backend, device, memory, stream pool
+    devrt.stats(tag="torch")        # the statistics layer's counters
+    devrt.figures()                 # the resource stack's figures
+    devrt.torch.use()               # devrt as PyTorch's CUDA allocator (devrt/torch.py)
+
+libdevrt is DEVRT_LIBRARY, else libdevrt.so next to this package (see _lib.py).
+"""
+import ctypes
+import re
+
+from . import _lib
+from ._lib import DevrtError, DevrtLibraryError
+
+__all__ = [
+    "DevrtError",
+    "DevrtLibraryError",
+    "configure",
+    "figures",
+    "info",
+    "library_path",
+    "reap",
+    "stats",
+    "trim",
+    "version",
+]
+
+# devrt_configure keeps the config's log_path pointer: the strings must live until exit.
+_kept = []
+
+
+def library_path():
+    """The path libdevrt was loaded from."""
+    return _lib.path()
+
+
+def version():
+    """libdevrt's version string."""
+    return _lib._s(_lib.load().devrt_version())
+
+
+def _budget(budget):
+    """(budget_bytes, budget_percent) for bytes (int > 0, or a string of digits) or "N%"."""
+    if isinstance(budget, bool):
+        pass  # True/False are not budgets
+    elif isinstance(budget, int) and 0 < budget < 1 << 64:
+        return budget, 0
+    elif isinstance(budget, str):
+        s = budget.strip()
+        m = re.fullmatch(r"(\d+)\s*%", s)
+        if m and int(m.group(1)) < 1 << 32:
+            return 0, int(m.group(1))  # devrt_configure checks 1..100 and names the value
+        if re.fullmatch(r"\d+", s) and 0 < int(s) < 1 << 64:
+            return int(s), 0
+    raise DevrtError(
+        "INVALID_ARGUMENT",
+        f"devrt.configure: budget={budget!r} is neither bytes (> 0) nor a percentage "
+        "(\"1%\"..\"100%\"), as DEVRT_BUDGET takes",
+    )
+
+
+def configure(ordinal=0, budget=None, cache=None, log=None, log_format=None):
+    """Sets the configuration the runtime of `ordinal` is created with: devrt_config_init's
+    defaults and DEVRT_* environment, then these overrides (None keeps them):
+    budget: bytes (int) or "N%" of device memory; cache: bool (the caching layer);
+    log: allocation log file path; log_format: "csv" or "jsonl".
+    Must run before the runtime's first use (DevrtError INVALID_STATE after)."""
+    lib = _lib.load()
+    cfg = _lib.Config()
+    _lib.check(lib.devrt_config_init(ctypes.byref(cfg)))
+    if budget is not None:
+        cfg.budget_bytes, cfg.budget_percent = _budget(budget)
+        if cfg.budget_bytes:
+            cfg.budget_percent = 100  # ignored with budget_bytes, kept in range
+    if cache is not None:
+        cfg.cache = bool(cache)
+    if log is not None:
+        b = str(log).encode()
+        _kept.append(b)
+        cfg.log_path = b
+    if log_format is not None:
+        if log_format not in ("csv", "jsonl"):
+            raise DevrtError(
+                "INVALID_ARGUMENT", f"devrt.configure: log_format={log_format!r} is not csv or jsonl"
+            )
+        cfg.log_jsonl = log_format == "jsonl"
+    _lib.check(lib.devrt_configure(int(ordinal), ctypes.byref(cfg)))
+
+
+def info(ordinal=0):
+    """Facts about the runtime of `ordinal` (created on first use) and its device."""
+    lib = _lib.load()
+    rt = _lib.runtime(ordinal)
+    ri, di = _lib.RuntimeInfo(), _lib.DeviceInfo()
+    _lib.check(lib.devrt_runtime_info_get(rt, ctypes.byref(ri)))
+    _lib.check(lib.devrt_device_info_get(rt, ctypes.byref(di)))
+    host = _lib._s(ri.backend_name) == "host"  # like `devrt info --json`: nothing emulated as real
+    return {
+        "devrt": version(),
+        "library": library_path(),
+        "built_with_cuda": bool(lib.devrt_built_with_cuda()),
+        "ordinal": ri.ordinal,
+        "backend": _lib._s(ri.backend_name),
+        "backend_reason": _lib._s(ri.backend_reason),
+        "stream_pool_size": ri.stream_pool_size,
+        "streams_created": ri.streams_created,
+        "streams_in_use": ri.streams_in_use,
+        "device": {
+            "name": _lib._s(di.name),
+            "ordinal": di.ordinal,
+            "emulated": host,
+            "compute_capability": None if host else f"{di.cc_major}.{di.cc_minor}",
+            "sm_count": di.sm_count,
+            "total_memory": di.total_memory,
+            "driver_version": None if host else di.driver_version,
+            "memory_pools": di.memory_pools,
+            "green_contexts": di.green_contexts,
+            "green_ctx_streams": di.green_ctx_streams,
+            "structured_split": di.structured_split,
+            "min_partition_sms": di.min_partition_sms,
+            "sm_alignment": di.sm_alignment,
+            "stream_priorities": [di.priority_least, di.priority_greatest],
+        },
+    }
+
+
+def _statistics_layer(ordinal):
+    s = _lib.layer(ordinal, "statistics")
+    if s is None:
+        raise DevrtError(
+            "INVALID_STATE", f"devrt.stats: the runtime stack of ordinal {ordinal} has no statistics layer"
+        )
+    return s
+
+
+def stats(ordinal=0, tag=None):
+    """The runtime stack's statistics layer: {"bytes": {current, peak, total}, "count": {...}},
+    overall (tag None) or for one tag ("torch" is PyTorch's); a tag never seen reads as zeros."""
+    lib = _lib.load()
+    s = _statistics_layer(ordinal)
+    out = _lib.MemoryStats()
+    _lib.check(lib.devrt_statistics_get(s, None if tag is None else str(tag).encode(), ctypes.byref(out)))
+    return {"bytes": _lib.counter(out.bytes), "count": _lib.counter(out.count)}
+
+
+def figures(ordinal=0):
+    """devrt_resource_figures of the runtime's stack: live/pending/cached/limit/available bytes,
+    granularity, reaps, fallbacks, cache hits/misses, log records, and the statistics'
+    overall "bytes" and "count" counters."""
+    lib = _lib.load()
+    f = _lib.Figures()
+    _lib.check(lib.devrt_resource_query(_lib.stack(ordinal), ctypes.byref(f)))
+    out = {name: getattr(f, name) for name, _ in _lib.Figures._fields_[:-2]}
+    out["bytes"], out["count"] = _lib.counter(f.bytes), _lib.counter(f.count)
+    return out
+
+
+def reap(wait=False, ordinal=0):
+    """Retires completed stream-ordered frees (wait=True: waits for all); returns bytes retired."""
+    lib = _lib.load()
+    n = ctypes.c_uint64()
+    flags = _lib.DEVRT_REAP_WAIT if wait else 0
+    _lib.check(lib.devrt_reap_pending(_lib.runtime(ordinal), flags, ctypes.byref(n)))
+    return n.value
+
+
+def trim(ordinal=0):
+    """Gives the stack's cached bytes back; returns bytes released."""
+    lib = _lib.load()
+    n = ctypes.c_uint64()
+    _lib.check(lib.devrt_resource_trim(_lib.stack(ordinal), ctypes.byref(n)))
+    return n.value
+
+
+from . import torch  # noqa: E402  (devrt.torch imports PyTorch only when called)

@@ -1,0 +1,339 @@
+"""test_package.py: the devrt Python package (python/devrt) over the built libdevrt, on the host
+backend unless a test says otherwise: info, configure (and its refusals), stats and figures after
+allocations made through the C API with ctypes, `python -m devrt`, the library search and its
+error, and devrt.torch (skipped without PyTorch or a GPU; under DEVRT_REQUIRE_GPU=1 a missing GPU
+is a failure).
+
+    DEVRT_LIBRARY=build/libdevrt.so python3 tests/python/test_package.py
+"""
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG_ROOT = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, PKG_ROOT)
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # nor from the subprocesses
+os.environ.setdefault("DEVRT_BACKEND", "host")  # before this process's runtime is created
+
+import devrt  # noqa: E402
+from devrt import _lib  # noqa: E402
+
+# devrt keeps a tag's pointer for the life of the runtime: these bytes live as long as the module.
+TAG_PYTEST = b"pytest"
+TAG_TORCH = b"torch"
+
+
+def py(code, env=None, drop=(), timeout=300):
+    """Runs `code` in a fresh python with the package importable; returns (rc, stdout, stderr)."""
+    e = dict(os.environ, **(env or {}))
+    for k in drop:
+        e.pop(k, None)
+    e["PYTHONPATH"] = PKG_ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=e, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def py_module(args, env=None, drop=()):
+    e = dict(os.environ, **(env or {}))
+    for k in drop:
+        e.pop(k, None)
+    e["PYTHONPATH"] = PKG_ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-m", "devrt", *args], capture_output=True, text=True,
+                       env=e, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Allocation:
+    """size bytes from the runtime stack of ordinal 0 through the C API, on a pool stream."""
+
+    def __init__(self, size, tag):
+        self.lib = _lib.load()
+        self.rt = _lib.runtime(0)
+        self.stack = _lib.stack(0)
+        self.size = size
+        self.stream = _lib.c_stream()
+        _lib.check(self.lib.devrt_stream_acquire(self.rt, _lib.DEVRT_ACQUIRE_WAIT,
+                                                 ctypes.byref(self.stream)))
+        self.ptr = ctypes.c_void_p()
+        _lib.check(self.lib.devrt_resource_allocate(self.stack, size, self.stream, tag,
+                                                    ctypes.byref(self.ptr)))
+
+    def free(self):
+        _lib.check(self.lib.devrt_resource_deallocate(self.stack, self.ptr, self.size, self.stream))
+        _lib.check(self.lib.devrt_stream_synchronize(self.rt, self.stream))
+        _lib.check(self.lib.devrt_stream_release(self.rt, self.stream))
+
+
+class Package(unittest.TestCase):
+    def test_info(self):
+        i = devrt.info()
+        self.assertIn(i["backend"], ("host", "cuda"))
+        self.assertEqual(i["backend"], os.environ["DEVRT_BACKEND"])
+        self.assertTrue(i["backend_reason"])
+        self.assertEqual(i["ordinal"], 0)
+        self.assertTrue(1 <= i["stream_pool_size"] <= 4095)
+        self.assertLessEqual(i["streams_in_use"], i["streams_created"])
+        d = i["device"]
+        self.assertTrue(d["name"])
+        self.assertEqual(d["ordinal"], 0)
+        self.assertGreater(d["total_memory"], 0)
+        self.assertGreater(d["sm_count"], 0)
+        self.assertEqual(d["emulated"], i["backend"] == "host")
+        self.assertEqual(i["devrt"], devrt.version())
+        self.assertTrue(os.path.exists(i["library"]))
+        json.dumps(i)  # JSON-ready
+
+    def test_config_layout(self):
+        # devrt_config_init's defaults read back through the ctypes mirror: a field out of place
+        # in _lib.Config shows as a wrong value here (the other structs: test_info, the stats tests).
+        code = """
+            import ctypes, json
+            from devrt import _lib
+            c = _lib.Config()
+            _lib.check(_lib.load().devrt_config_init(ctypes.byref(c)))
+            print(json.dumps({n: (getattr(c, n) if n != "log_path" else None) for n, _ in c._fields_}))
+        """
+        keep = ("DEVRT_LIBRARY", "DEVRT_BACKEND")
+        rc, out, err = py(code, drop=[k for k in os.environ if k.startswith("DEVRT_") and k not in keep])
+        self.assertEqual(rc, 0, err)
+        c = json.loads(out)
+        backend = {"auto": 0, "cuda": 1, "host": 2}[os.environ["DEVRT_BACKEND"]]
+        want = {"ordinal": 0, "backend": backend, "stream_pool_size": 16, "stream_priority": 0,
+                "pool_release_threshold": (1 << 64) - 1, "host_workers": 8, "host_devices": 1,
+                "budget_bytes": 0, "budget_percent": 100, "cache": True, "log_jsonl": False,
+                "stats_peak_bound": False, "wait_spin_ns": 20000, "completion": 0,
+                "partition_streams": 64}
+        self.assertEqual({k: c[k] for k in want}, want)
+
+    def test_configure_bad_budget(self):
+        for bad, named in (("lots", "'lots'"), (0, "0"), (-5, "-5"), ("-3%", "-3%"),
+                           ("150%", "150"), ("0%", "budget_percent 0"), (True, "True"), ("4294967397%", "4294967397"),
+                           (1 << 64, str(1 << 64))):
+            with self.subTest(budget=bad):
+                with self.assertRaises(devrt.DevrtError) as cm:
+                    devrt.configure(budget=bad)
+                self.assertEqual(cm.exception.status_name, "INVALID_ARGUMENT")
+                self.assertIn("DEVRT_INVALID_ARGUMENT", str(cm.exception))
+                self.assertIn(named, str(cm.exception))
+        with self.assertRaises(devrt.DevrtError):
+            devrt.configure(log_format="xml")
+
+    def test_configure_after_first_use(self):
+        devrt.info()
+        with self.assertRaises(devrt.DevrtError) as cm:
+            devrt.configure(budget="50%")
+        self.assertEqual(cm.exception.status_name, "INVALID_STATE")
+        self.assertIn("already exists", cm.exception.message)
+
+    def test_configure_applies(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "alloc.jsonl")
+            rc, out, err = py(f"""
+                import ctypes, json, devrt
+                from devrt import _lib
+                devrt.configure(budget=1 << 20, cache=False, log={log!r}, log_format="jsonl")
+                lib, tag = _lib.load(), b"cfg"
+                rt, stack = _lib.runtime(0), _lib.stack(0)
+                s, p = _lib.c_stream(), ctypes.c_void_p()
+                _lib.check(lib.devrt_stream_acquire(rt, _lib.DEVRT_ACQUIRE_WAIT, ctypes.byref(s)))
+                _lib.check(lib.devrt_resource_allocate(stack, 4096, s, tag, ctypes.byref(p)))
+                try:
+                    _lib.check(lib.devrt_resource_allocate(stack, 2 << 20, s, tag, ctypes.byref(ctypes.c_void_p())))
+                    over = None
+                except devrt.DevrtError as e:
+                    over = e.status_name
+                _lib.check(lib.devrt_resource_deallocate(stack, p, 4096, s))
+                _lib.check(lib.devrt_stream_synchronize(rt, s))
+                devrt.reap(wait=True)
+                print(json.dumps({{"figures": devrt.figures(), "over": over}}))
+            """)
+            self.assertEqual(rc, 0, err)
+            doc = json.loads(out)
+            f = doc["figures"]
+            self.assertEqual(f["limit_bytes"], 1 << 20)
+            self.assertEqual(doc["over"], "OVER_BUDGET")
+            self.assertEqual(f["cache_hits"] + f["cache_misses"], 0)  # no caching layer
+            self.assertEqual(f["cached_bytes"], 0)
+            self.assertGreaterEqual(f["log_records"], 2)
+        rc, out, err = py("""
+            import json, devrt
+            devrt.configure(budget="50%")
+            print(json.dumps([devrt.figures()["limit_bytes"], devrt.info()["device"]["total_memory"]]))
+        """)
+        self.assertEqual(rc, 0, err)
+        limit, total = json.loads(out)
+        self.assertEqual(limit, total // 100 * 50)
+
+    def test_stats_and_figures_show_traffic(self):
+        s0, f0 = devrt.stats(tag="pytest"), devrt.figures()
+        all0 = devrt.stats()
+        a = Allocation(4096, TAG_PYTEST)
+        s1, f1 = devrt.stats(tag="pytest"), devrt.figures()
+        self.assertEqual(s1["bytes"]["current"], s0["bytes"]["current"] + 4096)
+        self.assertEqual(s1["bytes"]["total"], s0["bytes"]["total"] + 4096)
+        self.assertGreaterEqual(s1["bytes"]["peak"], 4096)
+        self.assertEqual(s1["count"]["current"], s0["count"]["current"] + 1)
+        self.assertEqual(s1["count"]["total"], s0["count"]["total"] + 1)
+        self.assertGreaterEqual(f1["live_bytes"], f0["live_bytes"] + 4096)
+        self.assertEqual(f1["bytes"]["total"], all0["bytes"]["total"] + 4096)  # overall counters
+        self.assertEqual(devrt.stats(tag="never seen")["bytes"],
+                         {"current": 0, "peak": 0, "total": 0})
+        a.free()
+        s2 = devrt.stats(tag="pytest")
+        self.assertEqual(s2["bytes"]["current"], s0["bytes"]["current"])
+        self.assertEqual(s2["bytes"]["total"], s0["bytes"]["total"] + 4096)
+        self.assertGreaterEqual(s2["bytes"]["peak"], s0["bytes"]["current"] + 4096)
+        self.assertIsInstance(devrt.reap(wait=True), int)
+        self.assertEqual(devrt.figures()["pending_bytes"], 0)
+        self.assertIsInstance(devrt.trim(), int)
+        self.assertEqual(devrt.figures()["cached_bytes"], 0)
+        self.assertEqual(devrt.figures()["live_bytes"], f0["live_bytes"])
+
+    def test_torch_memory_stats_names(self):
+        # memory_stats() reads devrt alone (no PyTorch): the "torch" tag's traffic under
+        # torch.cuda.memory_stats()'s names.
+        m0 = devrt.torch.memory_stats()
+        a = Allocation(8192, TAG_TORCH)
+        m1 = devrt.torch.memory_stats()
+        self.assertEqual(m1["allocated_bytes.all.current"], m0["allocated_bytes.all.current"] + 8192)
+        self.assertEqual(m1["allocated_bytes.all.allocated"], m0["allocated_bytes.all.allocated"] + 8192)
+        self.assertGreaterEqual(m1["allocated_bytes.all.peak"], m1["allocated_bytes.all.current"])
+        self.assertEqual(m1["allocation.all.current"], m0["allocation.all.current"] + 1)
+        self.assertGreaterEqual(m1["reserved_bytes.all.current"], m1["allocated_bytes.all.current"])
+        a.free()
+        m2 = devrt.torch.memory_stats()
+        self.assertEqual(m2["allocated_bytes.all.current"], m0["allocated_bytes.all.current"])
+        self.assertEqual(m2["allocated_bytes.all.freed"], m0["allocated_bytes.all.freed"] + 8192)
+        self.assertEqual(m2["allocation.all.freed"], m0["allocation.all.freed"] + 1)
+
+    def test_module_prints_json(self):
+        rc, out, err = py_module(["info"])
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        self.assertEqual(doc["backend"], os.environ["DEVRT_BACKEND"])
+        rc, out, err = py_module(["stats", "--tag", "torch"])
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        self.assertEqual(set(doc), {"tag", "stats", "figures"})
+        self.assertEqual(doc["stats"]["bytes"]["current"], 0)
+        rc, out, err = py_module(["info"], env={"DEVRT_BUDGET": "nonsense"})
+        self.assertEqual(rc, 1)
+        doc = json.loads(out)
+        self.assertEqual(doc["error"], "INVALID_ARGUMENT")
+        self.assertIn("DEVRT_BUDGET", doc["message"])
+
+    def test_library_not_found(self):
+        bogus = os.path.join(tempfile.gettempdir(), "devrt-no-such-dir", "libdevrt.so")
+        rc, out, err = py("import devrt; devrt.info()", env={"DEVRT_LIBRARY": bogus})
+        self.assertNotEqual(rc, 0)
+        self.assertIn("DevrtLibraryError", err)
+        self.assertIn(bogus, err)
+        rc, out, err = py_module(["info"], env={"DEVRT_LIBRARY": bogus})
+        self.assertEqual(rc, 1)
+        self.assertIn(bogus, json.loads(out)["message"])
+        with tempfile.NamedTemporaryFile(suffix=".so") as junk:  # exists, but is no library
+            rc, out, err = py("import devrt; devrt.info()", env={"DEVRT_LIBRARY": junk.name})
+            self.assertNotEqual(rc, 0)
+            self.assertIn(junk.name, err)
+        # Without DEVRT_LIBRARY: the package's own copy, named when missing, used when present.
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(os.path.join(PKG_ROOT, "devrt"), os.path.join(d, "devrt"),
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+            beside = os.path.join(d, "devrt", "libdevrt.so")
+            code = "import devrt, json; print(json.dumps(devrt.info()))"
+            e = dict(os.environ)
+            e.pop("DEVRT_LIBRARY", None)
+            e["PYTHONPATH"] = d
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=e, timeout=300, cwd=d)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(beside, p.stderr)
+            self.assertIn("DEVRT_LIBRARY", p.stderr)
+            shutil.copy(_lib.path(), beside)
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=e, timeout=300, cwd=d)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json.loads(p.stdout)["library"], beside)
+
+
+def _torch_present():
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _gpu_present():
+    rc, out, err = py("import torch; print(torch.cuda.is_available())")
+    return rc == 0 and out.strip() == "True"
+
+
+HAVE_TORCH = _torch_present()
+HAVE_GPU = HAVE_TORCH and _gpu_present()
+REQUIRE_GPU = os.environ.get("DEVRT_REQUIRE_GPU") == "1"
+
+
+@unittest.skipUnless(HAVE_TORCH, "PyTorch is not importable")
+class Torch(unittest.TestCase):
+    """devrt.torch.use() on a GPU, each in a process of its own (the allocator is process-wide),
+    on the cuda backend."""
+
+    def setUp(self):
+        if not HAVE_GPU:
+            if REQUIRE_GPU:
+                self.fail("DEVRT_REQUIRE_GPU=1 but torch.cuda.is_available() is False")
+            self.skipTest("no GPU")
+
+    def run_torch(self, code):
+        rc, out, err = py(code, drop=("DEVRT_BACKEND",))
+        self.assertEqual(rc, 0, f"{out}\n{err}")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def test_use_allocates_through_devrt(self):
+        doc = self.run_torch("""
+            import json, torch, devrt, devrt.torch
+            devrt.torch.use(0)
+            assert devrt.torch.use() is devrt.torch.use()  # installed once
+            m0 = devrt.torch.memory_stats(0)
+            x = torch.empty(1 << 20, dtype=torch.float32, device="cuda")
+            x.fill_(1.0)
+            ok = bool(x.sum().item() == float(1 << 20))
+            m1 = devrt.torch.memory_stats(0)
+            del x
+            torch.cuda.synchronize()
+            m2 = devrt.torch.memory_stats(0)
+            print(json.dumps({"ok": ok, "m0": m0, "m1": m1, "m2": m2, "backend": devrt.info()["backend"]}))
+        """)
+        self.assertTrue(doc["ok"])
+        self.assertEqual(doc["backend"], "cuda")
+        m0, m1, m2 = doc["m0"], doc["m1"], doc["m2"]
+        self.assertGreaterEqual(m1["allocated_bytes.all.current"] - m0["allocated_bytes.all.current"], 4 << 20)
+        self.assertGreaterEqual(m1["allocation.all.allocated"], m0["allocation.all.allocated"] + 1)
+        self.assertGreaterEqual(m1["reserved_bytes.all.current"], m1["allocated_bytes.all.current"])
+        self.assertLessEqual(m2["allocated_bytes.all.current"], m1["allocated_bytes.all.current"] - (4 << 20))
+
+    def test_use_after_cuda_init_is_refused(self):
+        doc = self.run_torch("""
+            import json, torch, devrt, devrt.torch
+            torch.zeros(1, device="cuda")
+            try:
+                devrt.torch.use()
+                print(json.dumps({"refused": None}))
+            except devrt.DevrtError as e:
+                print(json.dumps({"refused": e.status_name, "message": str(e)}))
+        """)
+        self.assertEqual(doc["refused"], "INVALID_STATE", doc)
+
+
+if __name__ == "__main__":
+    unittest.main()
