@@ -78,8 +78,9 @@ typedef struct op {
 struct dv_stream {
   dv_dev* dev;
   dv_green* green;
-  pthread_t thread;
-  pthread_mutex_t mu;
+  pthread_t thread;           /* started with the first op (start_worker): idle streams cost none */
+  bool started;               /* under mu */
+  pthread_mutex_t mu;         /* a mutex: the first enqueue starts the worker thread under it */
   pthread_cond_t work;        /* the worker waits here for ops or stop */
   pthread_cond_t done;        /* syncs and fences wait here for `completed` to advance */
   op *head, *tail;            /* FIFO, under mu */
@@ -194,16 +195,43 @@ static devrt_status op_new(op_kind kind, size_t extra, const char* who, op** out
   return DEVRT_OK;
 }
 
-static void enqueue(dv_stream* s, op* o) {
+/* s->mu held: starts the stream's worker thread. Workers take no asynchronous signals: those
+ * belong to the application's threads. */
+static devrt_status start_worker(dv_stream* s, const char* who) {
+  sigset_t block, old;
+  sigfillset(&block);
+  int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++)
+    sigdelset(&block, sync_signals[i]);
+  pthread_sigmask(SIG_SETMASK, &block, &old);
+  int rc = pthread_create(&s->thread, NULL, worker_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "%s: starting the stream's thread failed (errno %d)",
+                   who, rc);
+  s->started = true;
+  return DEVRT_OK;
+}
+
+/* Appends o to s's queue (its worker started first if need be); on failure o is dropped. */
+static devrt_status enqueue(dv_stream* s, op* o, const char* who) {
   pthread_mutex_lock(&s->mu);
-  if (s->tail)
-    s->tail->next = o;
-  else
-    s->head = o;
-  s->tail = o;
-  s->submitted++;
-  pthread_cond_signal(&s->work);
+  devrt_status st = s->started ? DEVRT_OK : start_worker(s, who);
+  if (st == DEVRT_OK) {
+    if (s->tail)
+      s->tail->next = o;
+    else
+      s->head = o;
+    s->tail = o;
+    s->submitted++;
+    pthread_cond_signal(&s->work);
+  }
   pthread_mutex_unlock(&s->mu);
+  if (st != DEVRT_OK) {
+    if (o->kind == OP_WAIT) stream_unref(o->u.wait.s);
+    free(o);
+  }
+  return st;
 }
 
 /* ---- device ---- */
@@ -280,20 +308,6 @@ static devrt_status host_stream_create(dv_dev* d, dv_green* green, int priority,
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->done, NULL);
-  /* Workers take no asynchronous signals: those belong to the application's threads. */
-  sigset_t block, old;
-  sigfillset(&block);
-  int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
-  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++)
-    sigdelset(&block, sync_signals[i]);
-  pthread_sigmask(SIG_SETMASK, &block, &old);
-  int rc = pthread_create(&s->thread, NULL, worker_main, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0) {
-    stream_unref(s);
-    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host stream_create: pthread_create failed (errno %d)",
-                   rc);
-  }
   *out = s;
   return DEVRT_OK;
 }
@@ -304,9 +318,10 @@ static void host_stream_destroy(dv_dev* d, dv_stream* s) {
   pthread_mutex_lock(&s->mu);
   s->stop = true; /* the worker drains the queue, then exits */
   s->magic = 0;
+  bool started = s->started;
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
+  if (started) pthread_join(s->thread, NULL);
   stream_unref(s);
 }
 
@@ -419,8 +434,7 @@ static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
   }
   o->u.wait.s = fs; /* the op owns the reference */
   o->u.wait.target = target;
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host stream_wait");
 }
 
 /* DV_FAULT_DEVICE: once its countdown hits, the device stays faulted (a sticky error). */
@@ -462,8 +476,7 @@ static devrt_status host_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
   DV_CHECK(op_new(OP_FN, 0, "host host_func", &o));
   o->u.fn.fn = fn;
   o->u.fn.user = user;
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host host_func");
 }
 
 /* ---- memory ---- */
@@ -504,8 +517,7 @@ static devrt_status host_pool_free(dv_dev* d, void* p, dv_stream* s) {
   DV_CHECK(op_new(OP_FREE, 0, "host pool_free", &o));
   o->u.free.d = d;
   o->u.free.p = p;
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host pool_free");
 }
 
 static devrt_status host_pool_stats(dv_dev* d, devrt_pool_stats* out) {
@@ -552,8 +564,7 @@ static devrt_status host_memset_async(dv_stream* s, void* p, int byte, size_t si
   o->u.set.p = p;
   o->u.set.byte = byte;
   o->u.set.size = size;
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host memset_async");
 }
 
 static devrt_status host_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
@@ -565,8 +576,7 @@ static devrt_status host_memcpy_async(dv_stream* s, void* dst, const void* src, 
   o->u.cpy.dst = dst;
   o->u.cpy.src = src;
   o->u.cpy.size = size;
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host memcpy_async");
 }
 
 /* ---- modules and kernels ---- */
@@ -645,8 +655,7 @@ static devrt_status host_launch(dv_stream* s, dv_kernel* k, const unsigned g[3],
     o->u.run.argv[i] = at;
     at += arg_slot(def->arg_size[i]);
   }
-  enqueue(s, o);
-  return DEVRT_OK;
+  return enqueue(s, o, "host launch");
 }
 
 /* ---- worker sets (green contexts) ---- */
