@@ -26,11 +26,12 @@ typedef struct devrt_memory_counter {
  * stay 0 (limit_bytes 0 means "no budget"). Byte figures are in the sizes the pool really
  * hands out (rounded to `granularity`). */
 typedef struct devrt_resource_figures {
-  uint64_t live_bytes;      /* allocated and not freed */
+  uint64_t live_bytes;      /* allocated and not freed (a THROUGH budget: through it) */
   uint64_t pending_bytes;   /* freed stream-ordered; the free not yet observed complete */
   uint64_t cached_bytes;    /* held by a caching layer for reuse */
   uint64_t limit_bytes;     /* the nearest budget's limit (0: none) */
-  uint64_t available_bytes; /* limit - live - pending - cached (budget only) */
+  uint64_t available_bytes; /* budget only: limit less what it counts (DEVICE: live, pending and
+                             * cached beneath it; THROUGH: its own live bytes) */
   uint64_t granularity;     /* the pool's allocation granularity in bytes */
   uint64_t reaped_bytes;    /* total retired by reaps */
   uint64_t fallbacks;       /* budget fallback callbacks that ran */

@@ -4,12 +4,14 @@
  * simple) they fall once its deallocate accepted the free, by the tag of its record
  * (its deallocate_tagged); over any other upstream this layer keeps a sharded pointer map (ptr ->
  * size, tag) and they fall before the free (restored if it is refused). Every figure, peaks
- * included, is exact. Each figure set (overall, each tag's, "(other)") keeps a cell per thread
- * shard with a quota, and the quotas add up to the peak: a call within its cells' quotas takes one
- * lock, its thread's, for its overall and its tag's cells; one past a quota takes the slow path,
- * which locks every cell, raises the peak to the exact total and spreads the quotas again
- * (st_add_slow). Tags are found by their address in a table read lock-free (st_find); a new address
- * takes a mutex and is matched by its text; texts past ST_TAGS share "(other)". */
+ * included, is exact by default. Each figure set (overall, each tag's, "(other)") keeps a cell per
+ * thread shard with a quota, and the quotas add up to the peak: a call within its cells' quotas
+ * takes one lock, its thread's, for its overall and its tag's cells; one past a quota takes the
+ * slow path, which locks every cell, raises the peak to the exact total and spreads the quotas
+ * again (st_add_slow); or, where the peaks may be an upper bound (DEVRT_STATS_PEAK=bound), a read
+ * folds the cells' high-water marks into the peak (st_fold) and no call takes a slow path. Tags are
+ * found by their address in a table read lock-free (st_find); a new address takes a mutex and is
+ * matched by its text; texts past ST_TAGS share "(other)". */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -26,7 +28,8 @@
 
 /* A thread's cell of a figure set ([0] bytes, [1] count): its share of the set's figures. cur may
  * go negative where this thread frees what others allocated. quota: what cur may reach without
- * the set's slow path. Cell j of every set of a layer is under the lock of the overall set's
+ * the set's slow path (in a layer whose peaks are a bound: cur's high-water mark since the last
+ * read instead). Cell j of every set of a layer is under the lock of the overall set's
  * cell j (uncontended while shard j is owned: dv_shard), so a call takes one lock for both of
  * its sets. */
 typedef struct st_cell {
@@ -217,12 +220,9 @@ static void st_reset(st_set* s, bool bound) {
   int64_t sum[2], tot[2];
   pthread_mutex_lock(&s->mu);
   st_lock_all(s, sum, tot);
+  if (bound) st_fold(s); /* the marks start again from cur; the peak is set just below */
   s->peak[0] = sum[0], s->peak[1] = sum[1];
-  if (bound)
-    for (unsigned j = 0; j < DV_SHARDS; j++)
-      for (int k = 0; k < 2; k++) s->cells[j].quota[k] = s->cells[j].cur[k];
-  else
-    st_spread(s, 0, sum);
+  if (!bound) st_spread(s, 0, sum);
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
 }
