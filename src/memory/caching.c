@@ -17,7 +17,6 @@
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
 enum { STRIPE_BITS = 10, NSTRIPE = 1 << STRIPE_BITS };    /* record-table stripes */
-enum { NWORD = DV_SID_SLOTS / 64 };                       /* index words per class */
 #define MAX_CLASS ((size_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
@@ -54,16 +53,6 @@ typedef struct slot {
   rec *head[NCLS], *tail[NCLS]; /* mu: free lists per class, newest at the head */
 } slot;
 
-/* Per class, the slots that may hold blocks of it: a bit per slot and a summary bit per word, so a
- * miss visits only those, and reads one word when there are none. A slot's bit is set when its
- * list turns non-empty and cleared only once it is seen empty, both under the slot's mu, so a
- * non-empty list always has its bit, and the hot path (pop, push: empty, non-empty) writes
- * nothing here. A word's summary bit is cleared when the word turns zero and set again by
- * whichever of that clear and a racing set comes second (sequentially consistent). */
-typedef struct cindex {
-  _Alignas(DV_LINE) _Atomic uint64_t sum, w[NWORD];
-} cindex;
-
 typedef struct stripe {
   _Alignas(DV_LINE) dv_spin mu; /* guards b, nb, n and the chains */
   rec** b;
@@ -77,7 +66,11 @@ typedef struct cache {
   slot* slots;           /* o, slots and nslots: set at creation */
   unsigned nslots;       /* the runtime's slots: pool, its own, partitions' */
   _Atomic uint64_t held; /* cached bytes of this layer (for max_cached_bytes) */
-  cindex ix[NCLS];
+  /* Per class, the slots that may hold blocks of it (a slot set: one word read when there are
+   * none), so a miss visits only those. A slot joins when its list turns non-empty and leaves
+   * once it is seen empty, both under the slot's mu, so a non-empty list is always in its set,
+   * and the hot path (pop, push: empty, non-empty) writes nothing here. */
+  dv_slotset ix[NCLS];
   stripe sh[NSTRIPE];
 } cache;
 
@@ -172,22 +165,14 @@ static void hash_remove(cache* c, rec* b) {
 
 /* ---- the class index ---- */
 
+/* Slot i's bit only changes under its mu, so reading it first spares the shared word's write. */
 static void index_set(cache* c, unsigned ci, unsigned i) { /* slot i's mu held */
   DV_ASSERT(ci < NCLS && i < c->nslots);
-  cindex* x = &c->ix[ci];
-  uint64_t m = 1ull << (i & 63), sm = 1ull << (i >> 6);
-  if (atomic_load_explicit(&x->w[i >> 6], memory_order_relaxed) & m) return; /* ours: stable */
-  atomic_fetch_or(&x->w[i >> 6], m);
-  if (!(atomic_load(&x->sum) & sm)) atomic_fetch_or(&x->sum, sm);
+  if (!dv_slotset_has(&c->ix[ci], i)) dv_slotset_add(&c->ix[ci], i);
 }
 
 static void index_clear(cache* c, unsigned ci, unsigned i) { /* slot i's mu held, its list empty */
-  cindex* x = &c->ix[ci];
-  uint64_t m = 1ull << (i & 63), sm = 1ull << (i >> 6);
-  if (!(atomic_load_explicit(&x->w[i >> 6], memory_order_relaxed) & m)) return;
-  if (atomic_fetch_and(&x->w[i >> 6], ~m) != m) return; /* the word has other slots */
-  atomic_fetch_and(&x->sum, ~sm);
-  if (atomic_load(&x->w[i >> 6])) atomic_fetch_or(&x->sum, sm); /* a set came in between */
+  if (dv_slotset_has(&c->ix[ci], i)) dv_slotset_take(&c->ix[ci], i);
 }
 
 /* ---- free lists (slot mu held) ---- */
@@ -329,14 +314,9 @@ static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
 
 /* A miss on slot si: through the class index, so it costs O(slots that hold some). */
 static rec* take_other(cache* c, unsigned si, unsigned ci, dv_stream* bs) {
-  cindex* x = &c->ix[ci];
-  for (uint64_t sum = atomic_load_explicit(&x->sum, memory_order_relaxed); sum; sum &= sum - 1) {
-    unsigned j = (unsigned)__builtin_ctzll(sum);
-    for (uint64_t w = atomic_load_explicit(&x->w[j], memory_order_relaxed); w; w &= w - 1) {
-      unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
-      rec* b = i == si ? NULL : take_from(c, i, ci, bs);
-      if (b) return b;
-    }
+  DV_SLOTSET_FOR(i, &c->ix[ci]) {
+    rec* b = i == si ? NULL : take_from(c, i, ci, bs);
+    if (b) return b;
   }
   return NULL;
 }
@@ -468,74 +448,69 @@ static devrt_status release_all(cache* c, uint64_t* bytes) {
   devrt_resource* self = &c->base;
   devrt_runtime* rt = self->rt;
   *bytes = 0;
-  uint64_t u[NWORD] = {0}, any = 0;
-  for (unsigned ci = 0; ci < NCLS; ci++)
-    for (uint64_t sum = atomic_load(&c->ix[ci].sum); sum; sum &= sum - 1) {
-      unsigned j = (unsigned)__builtin_ctzll(sum);
-      any |= u[j] |= atomic_load(&c->ix[ci].w[j]);
-    }
-  if (!any) return DEVRT_OK;
+  dv_slotset u = {0}; /* the slots any class's set names */
+  for (unsigned ci = 0; ci < NCLS; ci++) DV_SLOTSET_FOR(i, &c->ix[ci]) dv_slotset_add(&u, i);
+  if (!atomic_load_explicit(&u.top, memory_order_relaxed)) return DEVRT_OK;
   devrt_stream tid = 0;
   dv_stream* tbs = NULL;
   DV_CHECK(dv_internal_stream(rt, &tid));
   devrt_status first = dv_stream_get(rt, tid, &tbs, "caching trim");
-  for (unsigned j = 0; j < NWORD; j++)
-    for (uint64_t w = u[j]; w && first == DEVRT_OK; w &= w - 1) {
-      unsigned i = j * 64 + (unsigned)__builtin_ctzll(w);
-      slot* t = &c->slots[i];
-      rec* chain = NULL;
-      uint64_t newest = 0;
-      pthread_mutex_lock(&t->fmu);
-      dv_spin_lock(&t->mu);
-      for (unsigned ci = 0; ci < NCLS; ci++) {
-        while (t->head[ci]) {
-          rec* b = pop_head(t, ci);
-          newest = b->epoch > newest ? b->epoch : newest;
-          b->next = chain, chain = b;
-        }
-        index_clear(c, ci, i);
+  DV_SLOTSET_FOR(i, &u) {
+    if (first != DEVRT_OK) break;
+    slot* t = &c->slots[i];
+    rec* chain = NULL;
+    uint64_t newest = 0;
+    pthread_mutex_lock(&t->fmu);
+    dv_spin_lock(&t->mu);
+    for (unsigned ci = 0; ci < NCLS; ci++) {
+      while (t->head[ci]) {
+        rec* b = pop_head(t, ci);
+        newest = b->epoch > newest ? b->epoch : newest;
+        b->next = chain, chain = b;
       }
-      dv_spin_unlock(&t->mu);
-      fence* f = NULL;
-      devrt_status st = DEVRT_OK;
-      if (i != DV_SID_SLOT(tid) && newest > atomic_load_explicit(&t->done, memory_order_relaxed) &&
-          (st = close_epoch(c, t, &f)) == DEVRT_OK && f)
-        st = rt->be->stream_wait(tbs, f->ev);
-      pthread_mutex_unlock(&t->fmu);
-      if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
-        dv_spin_lock(&t->mu);
-        for (rec* b; (b = chain);) chain = b->next, push_head(c, t, b);
-        dv_spin_unlock(&t->mu);
-        first = st;
-      }
-      while (chain) {
-        rec* b = chain;
-        chain = b->next;
-        if (c->o.max_cached_bytes)
-          atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
-        /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
-         * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
-        hash_remove(c, b);
-        st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
-        if (st == DEVRT_OK) {
-          own_release(c, b->rsize);
-          dv_account_sub(self->account, DV_CACHED, b->rsize);
-          *bytes += b->rsize;
-          free(b);
-          continue;
-        }
-        if (first == DEVRT_OK) first = st;
-        if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
-          free(b);
-          continue;
-        }
-        if (c->o.max_cached_bytes)
-          atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
-        dv_spin_lock(&t->mu);
-        push_head(c, t, b);
-        dv_spin_unlock(&t->mu);
-      }
+      index_clear(c, ci, i);
     }
+    dv_spin_unlock(&t->mu);
+    fence* f = NULL;
+    devrt_status st = DEVRT_OK;
+    if (i != DV_SID_SLOT(tid) && newest > atomic_load_explicit(&t->done, memory_order_relaxed) &&
+        (st = close_epoch(c, t, &f)) == DEVRT_OK && f)
+      st = rt->be->stream_wait(tbs, f->ev);
+    pthread_mutex_unlock(&t->fmu);
+    if (st != DEVRT_OK) { /* cannot order the frees: keep them cached */
+      dv_spin_lock(&t->mu);
+      for (rec* b; (b = chain);) chain = b->next, push_head(c, t, b);
+      dv_spin_unlock(&t->mu);
+      first = st;
+    }
+    while (chain) {
+      rec* b = chain;
+      chain = b->next;
+      if (c->o.max_cached_bytes)
+        atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
+      /* Cached -> pending (the leaf's free adds it there) or, over the own account, out of held;
+       * the bytes leave `cached` last, so live (held less the figures) reads low, never high. */
+      hash_remove(c, b);
+      st = UP_DEALLOCATE(self, b->ptr, (size_t)b->cls, tid);
+      if (st == DEVRT_OK) {
+        own_release(c, b->rsize);
+        dv_account_sub(self->account, DV_CACHED, b->rsize);
+        *bytes += b->rsize;
+        free(b);
+        continue;
+      }
+      if (first == DEVRT_OK) first = st;
+      if (hash_insert(c, b) != DEVRT_OK) { /* lost track of it: it stays live upstream */
+        free(b);
+        continue;
+      }
+      if (c->o.max_cached_bytes)
+        atomic_fetch_add_explicit(&c->held, b->rsize, memory_order_relaxed);
+      dv_spin_lock(&t->mu);
+      push_head(c, t, b);
+      dv_spin_unlock(&t->mu);
+    }
+  }
   return first;
 }
 
