@@ -55,15 +55,17 @@ static inline bool dv_rt_ok(devrt_runtime* rt) {
 
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call);
 
+/* id is a live lease of rt (no message when not). */
+static inline bool dv_stream_held(devrt_runtime* rt, devrt_stream id) {
+  return atomic_load_explicit(&rt->slots[DV_SID_SLOT(id)].id, memory_order_acquire) == id && id;
+}
 /* The backend stream of a held id, or INVALID_ARGUMENT for 0, foreign, released or made-up ids.
  * Lock-free: one acquire load. The table has a slot for every id, and a slot's id carries the
  * runtime's serial, so one compare refuses all of them but 0 (a free slot's id). */
 static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_stream** out,
                                          const char* call) {
-  dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
-  if (DV_UNLIKELY(atomic_load_explicit(&sl->id, memory_order_acquire) != id || !id))
-    return dv_stream_refused(rt, id, call);
-  *out = sl->s;
+  if (DV_UNLIKELY(!dv_stream_held(rt, id))) return dv_stream_refused(rt, id, call);
+  *out = rt->slots[DV_SID_SLOT(id)].s;
   return DEVRT_OK;
 }
 

@@ -35,10 +35,6 @@ static unsigned find(torch_map* m, uintptr_t k, devrt_stream* id) {
   return CAP;
 }
 
-static bool live(devrt_runtime* rt, devrt_stream id) {
-  return id && atomic_load_explicit(&rt->slots[DV_SID_SLOT(id)].id, memory_order_acquire) == id;
-}
-
 static devrt_status torch_map_of(int device, torch_map** out) {
   torch_map* m = atomic_load_explicit(&maps[device], memory_order_acquire);
   if (!m) {
@@ -63,14 +59,14 @@ static devrt_status torch_stream(devrt_runtime* rt, int device, void* stream, de
   DV_CHECK(torch_map_of(device, &m));
   devrt_stream id;
   find(m, k, &id);
-  if (DV_LIKELY(live(rt, id))) {
+  if (DV_LIKELY(dv_stream_held(rt, id))) {
     *out = id;
     return DEVRT_OK;
   }
   devrt_status s = DEVRT_OK;
   pthread_mutex_lock(&m->mu);
   unsigned h = find(m, k, &id);
-  if (!live(rt, id)) {
+  if (!dv_stream_held(rt, id)) {
     if (h == CAP)
       s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%u stream handles imported already", CAP);
     else if ((s = devrt_stream_import(rt, stream, &id)) == DEVRT_OK) {
