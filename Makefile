@@ -1,5 +1,6 @@
-# Makefile: a thin layer over CMake. `make run` builds and runs the main job (devrt info on the
-# best backend present); `make test` builds and runs the whole test suite.
+# Makefile: a thin layer over CMake. `make run` builds and runs the main job (devrt demo on the
+# best backend present: every result checked, a report in $(BUILD)/report; it fails if any check
+# failed); `make test` builds and runs the whole test suite.
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -13,7 +14,7 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	$(BUILD)/devrt info
+	$(BUILD)/devrt demo --report $(BUILD)/report
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -14,4 +14,6 @@
 #include "devrt/queue.h"
 #include "devrt/partition.h"
 #include "devrt/torch.h"
+#include "devrt/peer.h"
+#include "devrt/collective.h"
 #endif

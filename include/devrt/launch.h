@@ -17,7 +17,8 @@ typedef struct devrt_module devrt_module;
 typedef struct devrt_kernel devrt_kernel;
 
 /* Loads a module: image NULL gives devrt's own kernels (the embedded fatbin on cuda, their C
- * versions on host); otherwise a cubin, PTX or fatbin image (cuda only: UNSUPPORTED on host).
+ * versions on host); otherwise a cubin, PTX or fatbin image (cuda only: UNSUPPORTED on host,
+ * whose counterpart is devrt_module_load_host below).
  * devrt's kernels: devrt_fill_u32(u32* p, u32 value, u64 n), devrt_copy_u32(u32* dst,
  * const u32* src, u64 n), devrt_checksum_u32(const u32* p, u64 n, u64* out: atomically added),
  * devrt_slow_fill_u32(p, value, n, u64 delay_ns) and devrt_slow_copy_u32(dst, src, n, delay_ns)
@@ -25,6 +26,38 @@ typedef struct devrt_kernel devrt_kernel;
  * only devrt_trap() (faults the context for good: for tests of device loss).
  * Thread-safe. */
 devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out);
+/* A host kernel's view of one block: CUDA's blockIdx, gridDim and blockDim, and the worker
+ * "SM" the host backend placed the block on. */
+typedef struct devrt_dim3 {
+  unsigned x, y, z;
+} devrt_dim3;
+typedef struct devrt_host_grid {
+  devrt_dim3 block_idx, grid_dim, block_dim;
+  unsigned sm;
+} devrt_host_grid;
+/* A host kernel runs once per block, on its stream's worker thread; the block's threads are the
+ * function's own loop. args are CUDA-style kernelParams: args[i] points at argument i's bytes. */
+typedef void (*devrt_host_kernel_fn)(const devrt_host_grid* grid, void** args);
+
+#define DEVRT_HOST_KERNEL_MAX_ARGS 8u
+#define DEVRT_HOST_MODULE_MAX_KERNELS 4096u
+
+typedef struct devrt_host_kernel {
+  const char* name;
+  devrt_host_kernel_fn fn;
+  unsigned nargs;                                /* 0..DEVRT_HOST_KERNEL_MAX_ARGS */
+  unsigned arg_size[DEVRT_HOST_KERNEL_MAX_ARGS]; /* bytes of each argument, 1..256 */
+} devrt_host_kernel;
+
+/* Loads a module of a program's own host kernels: what the host backend runs where cuda loads the
+ * program's CUDA image, so the same names and arguments launch, record their uses and queue
+ * (parked launches copy arg_size bytes per argument) on either backend. The table and its names
+ * are copied. INVALID_ARGUMENT: rt, table or out NULL, count 0 or above
+ * DEVRT_HOST_MODULE_MAX_KERNELS, an entry without a name or function, nargs above
+ * DEVRT_HOST_KERNEL_MAX_ARGS, an argument size of 0 or above 256, a name given twice.
+ * UNSUPPORTED on a cuda runtime (host functions do not run on a GPU). Thread-safe. */
+devrt_status devrt_module_load_host(devrt_runtime* rt, const devrt_host_kernel* table,
+                                    unsigned count, devrt_module** out);
 /* Unloads it; its kernels are dead afterwards. Not thread-safe with launches of its kernels. */
 devrt_status devrt_module_unload(devrt_runtime* rt, devrt_module* module);
 /* Looks a kernel up by name. The handle lives as long as the module. Thread-safe. */

@@ -55,15 +55,16 @@ devrt_status devrt_stream_native(devrt_runtime* rt, devrt_stream stream, void** 
  * it), so work devrt issues on the id is ordered with the framework's work on stream 0;
  * devrt_stream_native of that id gives this stream, not NULL. DEVRT_STREAM_PER_THREAD is
  * refused (UNSUPPORTED): it is another stream on every thread, and devrt issues a stream's work
- * from several threads. A stream devrt created for this runtime's own pool is refused
- * (INVALID_ARGUMENT: use its id). Imported streams take the slots kept for partitions:
- * OUT_OF_RESOURCES, naming DEVRT_PARTITION_STREAMS, when none is left. Thread-safe. */
+ * from several threads. A stream devrt created for this runtime (its pool's, a partition's, its
+ * own) is refused (INVALID_ARGUMENT: use its id). Imported streams take the slots kept for
+ * partitions: OUT_OF_RESOURCES, naming DEVRT_PARTITION_STREAMS, when none is left. Thread-safe. */
 devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* out);
 
 /* Drops one import of `stream`. The last one synchronizes the stream, has every layer forget it
  * (caches, pending frees, marks), gives the slot back and makes the id stale (refused by every
  * call, a second forget included); the native stream itself is left alone. No call on the id may
- * be in flight then. A pool stream's id is refused (release it). Thread-safe. */
+ * be in flight then. If that synchronize fails, its status is returned and nothing is forgotten:
+ * the import is held as before. A pool stream's id is refused (release it). Thread-safe. */
 devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream stream);
 
 typedef void (*devrt_host_fn)(void* user);

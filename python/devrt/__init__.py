@@ -6,8 +6,9 @@
     devrt.stats(tag="torch")        # the statistics layer's counters
     devrt.figures()                 # the resource stack's figures
     devrt.torch.use()               # devrt as PyTorch's CUDA allocator (devrt/torch.py)
+    devrt.cupy.use()                # devrt as CuPy's allocator (devrt/cupy.py)
 
-libdevrt is DEVRT_LIBRARY, else libdevrt.so next to this package (see _lib.py).
+libdevrt is the libdevrt.so next to this package, else DEVRT_LIBRARY (see _lib.py).
 """
 import ctypes
 import re
@@ -22,7 +23,9 @@ __all__ = [
     "figures",
     "info",
     "library_path",
+    "pool",
     "reap",
+    "release",
     "stats",
     "trim",
     "version",
@@ -158,6 +161,16 @@ def figures(ordinal=0):
     return out
 
 
+def pool(ordinal=0):
+    """devrt_pool_stats_get: the device pool under the stack. reserved_high is the most the pool
+    has held of the device at once since the runtime was created: devrt's peak reserved bytes,
+    the figure torch.cuda.max_memory_reserved() gives for PyTorch's own allocators."""
+    lib = _lib.load()
+    p = _lib.PoolStats()
+    _lib.check(lib.devrt_pool_stats_get(_lib.runtime(ordinal), ctypes.byref(p)))
+    return {name: getattr(p, name) for name, _ in _lib.PoolStats._fields_}
+
+
 def reap(wait=False, ordinal=0):
     """Retires completed stream-ordered frees (wait=True: waits for all); returns bytes retired."""
     lib = _lib.load()
@@ -175,4 +188,18 @@ def trim(ordinal=0):
     return n.value
 
 
-from . import torch  # noqa: E402  (devrt.torch imports PyTorch only when called)
+def release(ordinal=0):
+    """Gives back everything the stack holds unused: waits for pending frees, trims the cache,
+    waits for the frees that made, then trims the device pool to nothing unused, as
+    torch.cuda.empty_cache() does for PyTorch's allocator. Returns the pool's reserved bytes
+    released."""
+    lib = _lib.load()
+    reap(True, ordinal)
+    trim(ordinal)
+    reap(True, ordinal)
+    before = pool(ordinal)["reserved_current"]
+    _lib.check(lib.devrt_pool_trim(_lib.runtime(ordinal), 0))
+    return before - pool(ordinal)["reserved_current"]
+
+
+from . import cupy, torch  # noqa: E402  (they import CuPy and PyTorch only when called)

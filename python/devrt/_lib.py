@@ -1,7 +1,7 @@
 """_lib.py: finds and loads libdevrt, and mirrors the C structs devrt's Python API reads.
 
-The library is DEVRT_LIBRARY when that is set, else libdevrt.so next to this package (an
-installed copy); nothing else is searched. Loading is lazy: `import devrt` works without the
+The library is libdevrt.so next to this package (an installed copy, or a link to one), else
+DEVRT_LIBRARY; nothing else is searched. Loading is lazy: `import devrt` works without the
 library, and the first call that needs it raises DevrtLibraryError naming every path tried.
 Every C function used here gets argtypes and restype before it is called.
 """
@@ -30,7 +30,7 @@ class DevrtLibraryError(OSError):
         self.tried = list(tried)
         lines = "\n".join(f"  {p}: {why}" for p, why in self.tried)
         hint = (
-            "DEVRT_LIBRARY is set, so no other path was tried"
+            "DEVRT_LIBRARY names the library to use where the package holds no copy"
             if os.environ.get("DEVRT_LIBRARY")
             else "set DEVRT_LIBRARY to the path of libdevrt.so (e.g. build/libdevrt.so)"
         )
@@ -104,6 +104,16 @@ class MemoryStats(ctypes.Structure):  # devrt_memory_stats, resource.h
     _fields_ = [("bytes", MemoryCounter), ("count", MemoryCounter)]
 
 
+class PoolStats(ctypes.Structure):  # devrt_pool_stats, memory.h
+    _fields_ = [
+        ("used_current", ctypes.c_uint64),
+        ("used_high", ctypes.c_uint64),
+        ("reserved_current", ctypes.c_uint64),
+        ("reserved_high", ctypes.c_uint64),
+        ("release_threshold", ctypes.c_uint64),
+    ]
+
+
 class Figures(ctypes.Structure):  # devrt_resource_figures, resource.h
     _fields_ = [
         ("live_bytes", ctypes.c_uint64),
@@ -153,6 +163,11 @@ _SIGNATURES = {
     "devrt_stream_acquire": (c_status, [_P, ctypes.c_int, ctypes.POINTER(c_stream)]),
     "devrt_stream_release": (c_status, [_P, c_stream]),
     "devrt_stream_synchronize": (c_status, [_P, c_stream]),
+    "devrt_stream_import": (c_status, [_P, _P, ctypes.POINTER(c_stream)]),
+    "devrt_stream_forget": (c_status, [_P, c_stream]),
+    "devrt_pool_stats_get": (c_status, [_P, ctypes.POINTER(PoolStats)]),
+    "devrt_pool_reset_high": (c_status, [_P]),
+    "devrt_pool_trim": (c_status, [_P, ctypes.c_size_t]),
 }
 
 _lock = threading.Lock()
@@ -161,11 +176,10 @@ _path = None
 
 
 def candidates():
-    """The paths load() tries, in order: DEVRT_LIBRARY alone when set, else the package's copy."""
+    """The paths load() tries, in order: the package's copy, then DEVRT_LIBRARY when set."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libdevrt.so")
     env = os.environ.get("DEVRT_LIBRARY")
-    if env:
-        return [env]
-    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "libdevrt.so")]
+    return [beside, env] if env else [beside]
 
 
 def load():

@@ -6,12 +6,44 @@
     devrt.torch.memory_stats()     # {"allocated_bytes.all.current": ..., ...}
 
 PyTorch is imported only by use(); memory_stats() reads devrt alone. Allocations PyTorch makes
-through devrt carry the tag "torch" (include/devrt/torch.h).
+through devrt carry the tag "torch" (include/devrt/torch.h). torch.cuda.empty_cache() gives
+devrt's unused memory back (devrt.release() on the current device).
+
+Two limits of PyTorch 2.11's pluggable-allocator interface (docs/python.md says more):
+- a refused allocation cannot raise torch.OutOfMemoryError: PyTorch takes the NULL that
+  devrt_torch_alloc returns as the tensor's data pointer without a check, and the first kernel
+  that touches it faults the CUDA context. Keep devrt's budget above what the program needs.
+- Tensor.record_stream(s) reaches devrt only where libdevrt exports devrt_torch_record_stream
+  (record_stream_supported()); without it, a tensor freed while another stream still reads it
+  may be handed out again at once on its own stream: order the reader first
+  (torch.cuda.current_stream().wait_stream(s)) before dropping the tensor.
 """
+import ctypes
+
 from . import _lib
 
 TAG = "torch"
 _allocator = None
+_keep = []  # ctypes callbacks handed to PyTorch: they must live as long as the allocator
+empty_cache_errors = []  # exceptions raised inside the empty_cache callback (it cannot raise)
+
+
+def record_stream_supported():
+    """Whether Tensor.record_stream reaches devrt: libdevrt exports devrt_torch_record_stream."""
+    return hasattr(_lib.load(), "devrt_torch_record_stream")
+
+
+def _empty_cache():
+    """PyTorch's reset hook, called by torch.cuda.empty_cache(): devrt.release() on the current
+    device."""
+    try:
+        import torch
+
+        from . import release
+
+        release(torch.cuda.current_device())
+    except Exception as e:  # an exception cannot cross back into PyTorch's C++
+        empty_cache_errors.append(e)
 
 
 def _ordinal(device):
@@ -48,6 +80,13 @@ def use(device=None):
     if ordinal is not None:
         _lib.runtime(ordinal)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "devrt_torch_alloc", "devrt_torch_free")
+    hooks = alloc.allocator()
+    reset = ctypes.CFUNCTYPE(None)(_empty_cache)
+    hooks.set_reset_fn(ctypes.cast(reset, ctypes.c_void_p).value)
+    _keep.append(reset)
+    if record_stream_supported():
+        fn = _lib.load().devrt_torch_record_stream
+        hooks.set_record_stream_fn(ctypes.cast(fn, ctypes.c_void_p).value)
     try:
         torch.cuda.memory.change_current_allocator(alloc)
     except RuntimeError as e:  # "Can't swap an already initialized allocator"
@@ -62,9 +101,10 @@ def memory_stats(device=0):
     """devrt's figures for PyTorch's allocations on `device`, keyed like torch.cuda.memory_stats()
     where the meaning is the same: allocated_bytes.all.{current,peak,allocated,freed} and
     allocation.all.{current,peak,allocated,freed} from the "torch" tag's statistics;
-    reserved_bytes.all.current = the whole stack's live + pending + cached bytes (every tag).
-    devrt's own figures follow as "devrt.<name>" (limit_bytes 0: no budget)."""
-    from . import figures, stats
+    reserved_bytes.all.{current,peak} = what devrt's device pool holds of the device now and at
+    most (devrt.pool(): every tag's memory, CuPy's too). devrt's own figures follow as
+    "devrt.<name>" (limit_bytes 0: no budget)."""
+    from . import figures, pool, stats
 
     ordinal = _ordinal(device) or 0
     s = stats(ordinal, TAG)
@@ -75,7 +115,9 @@ def memory_stats(device=0):
         out[f"{key}.all.peak"] = c["peak"]
         out[f"{key}.all.allocated"] = c["total"]
         out[f"{key}.all.freed"] = c["total"] - c["current"]
-    out["reserved_bytes.all.current"] = f["live_bytes"] + f["pending_bytes"] + f["cached_bytes"]
+    p = pool(ordinal)
+    out["reserved_bytes.all.current"] = p["reserved_current"]
+    out["reserved_bytes.all.peak"] = p["reserved_high"]
     for name in ("live_bytes", "pending_bytes", "cached_bytes", "limit_bytes", "available_bytes",
                  "cache_hits", "cache_misses"):
         out[f"devrt.{name}"] = f[name]

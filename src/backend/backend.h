@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include "devrt/device.h"
 #include "devrt/event.h"
+#include "devrt/launch.h"
 #include "devrt/memory.h"
 #include "devrt/partition.h"
+#include "devrt/peer.h"
 #include "devrt/runtime.h"
 #include "../core/error.h"
 
@@ -20,10 +22,6 @@ typedef struct dv_module dv_module; /* CUmodule / host kernel table */
 typedef struct dv_kernel dv_kernel; /* CUfunction / host kernel entry */
 typedef struct dv_green dv_green;   /* CUgreenCtx / host worker slice */
 
-typedef struct dv_dim3 {
-  unsigned x, y, z;
-} dv_dim3;
-
 /* An SM resource (CUdevResource on cuda, a worker set on host) in bytes the backend owns;
  * sms is its SM count. */
 typedef struct dv_res {
@@ -32,19 +30,13 @@ typedef struct dv_res {
   bool splittable; /* the device's, or a green context's (not a split output) */
 } dv_res;
 
-/* A host-backend kernel: run once per block of the grid. args are CUDA-style kernelParams. */
-/* sm: the worker "SM" the block is placed on: blocks go round-robin over the stream's slice. */
-typedef struct dv_host_grid {
-  dv_dim3 block_idx, grid_dim, block_dim;
-  unsigned sm;
-} dv_host_grid;
-typedef void (*dv_host_kernel_fn)(const dv_host_grid* g, void** args);
-typedef struct dv_host_kernel_def {
-  const char* name;
-  dv_host_kernel_fn fn;
-  unsigned nargs;
-  unsigned arg_size[8]; /* bytes of each argument, so a launch can copy them */
-} dv_host_kernel_def;
+/* A host-backend kernel (launch.h's public devrt_host_kernel): run once per block of the grid;
+ * args are CUDA-style kernelParams, arg_size the bytes of each, so a launch can copy them. The
+ * grid's sm is the worker "SM" the block is placed on: blocks go round-robin over the stream's
+ * slice. */
+typedef devrt_dim3 dv_dim3;
+typedef devrt_host_grid dv_host_grid;
+typedef devrt_host_kernel dv_host_kernel_def;
 
 /* Fault injection (tests): the Nth call (1-based, counted from arming) of an op fails.
  * DV_FAULT_GREEN fails a green context creation with UNSUPPORTED, as a driver that refuses them
@@ -109,6 +101,9 @@ typedef struct dv_backend {
 
   /* image NULL: devrt's embedded kernels (the fatbin on cuda, the host table on host) */
   devrt_status (*module_load)(dv_dev* d, const void* image, dv_module** out);
+  /* A program's host kernels (devrt_module_load_host), checked and copied; NULL on cuda. */
+  devrt_status (*module_load_host)(dv_dev* d, const devrt_host_kernel* table, unsigned count,
+                                   dv_module** out);
   void (*module_unload)(dv_dev* d, dv_module* m);
   devrt_status (*kernel_get)(dv_module* m, const char* name, dv_kernel** out);
   /* The byte size of each of k's parameters (at most `max`), so a deferred launch can copy them. */
@@ -128,6 +123,20 @@ typedef struct dv_backend {
   void (*green_destroy)(dv_dev* d, dv_green* g);
 
   void (*fault_arm)(dv_dev* d, dv_fault_op op, unsigned nth); /* nth 0 disarms */
+
+  /* Several devices (src/multi). peer_query: what the driver says of the pair (out's
+   * can_access, native_atomics, performance_rank, link; same_device); peer_enable: a's work may
+   * reach b's memory (b's context's allocations and b's pool), peer_disable undoes it.
+   * memcpy_peer: a copy on s from src (device sd's memory) to dst (device dd's). device_enter /
+   * device_leave: d's context current on the calling thread, then the previous one again (for a
+   * library that takes the current device: NCCL); nothing on host. */
+  devrt_status (*peer_query)(dv_dev* a, dv_dev* b, devrt_peer_info* out);
+  devrt_status (*peer_enable)(dv_dev* a, dv_dev* b);
+  void (*peer_disable)(dv_dev* a, dv_dev* b);
+  devrt_status (*memcpy_peer)(dv_stream* s, void* dst, dv_dev* dd, const void* src, dv_dev* sd,
+                              size_t size);
+  devrt_status (*device_enter)(dv_dev* d);
+  void (*device_leave)(dv_dev* d);
 } dv_backend;
 _Static_assert(offsetof(dv_backend, name) == 64, "the hot calls fill the table's first line");
 
@@ -135,6 +144,9 @@ extern const dv_backend dv_host_backend;
 #ifdef DEVRT_HAVE_CUDA
 extern const dv_backend dv_cuda_backend;
 #endif
+/* Whether be is the host backend's table or the fault-injection wrapper of it (fault.h), which
+ * keeps the backend's name. */
+static inline bool dv_is_host(const dv_backend* be) { return be->name == dv_host_backend.name; }
 
 /* Host kernels shipped with devrt (kernels/host_kernels.c). */
 extern const dv_host_kernel_def dv_host_kernels[];

@@ -486,6 +486,100 @@ static void cu_fault_arm(dv_dev* d, dv_fault_op op, unsigned nth) {
   atomic_store(&faults[op], nth);
 }
 
+/* ---- several devices ---- */
+
+static devrt_status cu_peer_query(dv_dev* a, dv_dev* b, devrt_peer_info* out) {
+  memset(out, 0, sizeof *out);
+  out->performance_rank = -1;
+  out->same_device = a->dev == b->dev;
+  if (out->same_device) {
+    out->can_access = out->native_atomics = true;
+    snprintf(out->link, sizeof out->link, "same device");
+    return DEVRT_OK;
+  }
+  snprintf(out->link, sizeof out->link, "none");
+  if (!D->has_peer) return DEVRT_OK;
+  int ab = 0, ba = 0;
+  CU(D->cuDeviceCanAccessPeer(&ab, a->dev, b->dev), "cuDeviceCanAccessPeer", "(device %d -> %d)",
+     a->info.ordinal, b->info.ordinal);
+  CU(D->cuDeviceCanAccessPeer(&ba, b->dev, a->dev), "cuDeviceCanAccessPeer", "(device %d -> %d)",
+     b->info.ordinal, a->info.ordinal);
+  out->can_access = ab && ba;
+  if (!out->can_access) return DEVRT_OK;
+  int rank[2] = {0, 0}, atom[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    CUdevice x = i ? b->dev : a->dev, y = i ? a->dev : b->dev;
+    CU(D->cuDeviceGetP2PAttribute(&rank[i], CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, x, y),
+       "cuDeviceGetP2PAttribute", "(PERFORMANCE_RANK, device %d -> %d)", (int)x, (int)y);
+    CU(D->cuDeviceGetP2PAttribute(&atom[i], CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, x, y),
+       "cuDeviceGetP2PAttribute", "(NATIVE_ATOMIC_SUPPORTED, device %d -> %d)", (int)x, (int)y);
+  }
+  out->performance_rank = rank[0] > rank[1] ? rank[0] : rank[1];
+  out->native_atomics = atom[0] && atom[1];
+  snprintf(out->link, sizeof out->link, "peer-to-peer");
+  return DEVRT_OK;
+}
+
+/* b's pool made accessible (prot) to device a. */
+static devrt_status pool_access(dv_dev* a, dv_dev* b, CUmemAccess_flags prot) {
+  if (!b->pool) return DEVRT_OK;
+  CUmemAccessDesc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = a->dev;
+  desc.flags = prot;
+  CU(D->cuMemPoolSetAccess(b->pool, &desc, 1), "cuMemPoolSetAccess",
+     "(device %d's pool for device %d, flags %d)", b->info.ordinal, a->info.ordinal, (int)prot);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_peer_enable(dv_dev* a, dv_dev* b) {
+  if (a->dev == b->dev) return DEVRT_OK; /* one context, one address space */
+  if (!D->has_peer)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "peer access: the driver (%d) lacks the peer calls",
+                   D->version);
+  int can = 0;
+  CU(D->cuDeviceCanAccessPeer(&can, a->dev, b->dev), "cuDeviceCanAccessPeer", "(device %d -> %d)",
+     a->info.ordinal, b->info.ordinal);
+  if (!can)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "peer access: device %d (%s) cannot reach device %d's memory "
+                   "(cuDeviceCanAccessPeer says 0)",
+                   a->info.ordinal, a->info.name, b->info.ordinal);
+  DV_CHECK(push(a, NULL));
+  CUresult r = D->cuCtxEnablePeerAccess(b->ctx, 0);
+  pop();
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    return dv_cu_fail(r, "cuCtxEnablePeerAccess", "(device %d -> %d)", a->info.ordinal,
+                      b->info.ordinal);
+  return pool_access(a, b, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+}
+
+static void cu_peer_disable(dv_dev* a, dv_dev* b) {
+  if (a->dev == b->dev || !D->has_peer) return;
+  if (push(a, NULL) == DEVRT_OK) {
+    D->cuCtxDisablePeerAccess(b->ctx);
+    pop();
+  }
+  DV_KEEP_ERROR(pool_access(a, b, CU_MEM_ACCESS_FLAGS_PROT_NONE));
+}
+
+static devrt_status cu_memcpy_peer(dv_stream* s, void* dst, dv_dev* dd, const void* src, dv_dev* sd,
+                                   size_t size) {
+  if (dd->dev == sd->dev || !D->has_peer) return cu_memcpy_async(s, dst, src, size);
+  CU(D->cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, dd->ctx, (CUdeviceptr)(uintptr_t)src,
+                          sd->ctx, size, (CUstream)s),
+     "cuMemcpyPeerAsync", "(%p on device %d <- %p on device %d, %zu bytes)", dst, dd->info.ordinal,
+     src, sd->info.ordinal, size);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_device_enter(dv_dev* d) { return push(d, NULL); }
+static void cu_device_leave(dv_dev* d) {
+  (void)d;
+  pop();
+}
+
 const dv_backend dv_cuda_backend = {
     .name = "cuda",
     .device_count = cu_device_count,
@@ -526,4 +620,10 @@ const dv_backend dv_cuda_backend = {
     .green_resource = cu_green_resource,
     .green_destroy = cu_green_destroy,
     .fault_arm = cu_fault_arm,
+    .peer_query = cu_peer_query,
+    .peer_enable = cu_peer_enable,
+    .peer_disable = cu_peer_disable,
+    .memcpy_peer = cu_memcpy_peer,
+    .device_enter = cu_device_enter,
+    .device_leave = cu_device_leave,
 };

@@ -594,6 +594,27 @@ static devrt_status host_module_load(dv_dev* d, const void* image, dv_module** o
   return DEVRT_OK;
 }
 
+/* One allocation: the module, its copy of the table, then the names. */
+static devrt_status host_module_load_host(dv_dev* d, const devrt_host_kernel* table, unsigned count,
+                                          dv_module** out) {
+  (void)d;
+  size_t names = 0;
+  for (unsigned i = 0; i < count; i++) names += strlen(table[i].name) + 1;
+  dv_module* m = malloc(sizeof *m + count * sizeof *table + names);
+  if (!m) return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host module_load_host: out of host memory");
+  devrt_host_kernel* copy = memcpy(m + 1, table, count * sizeof *table);
+  char* at = (char*)(copy + count);
+  for (unsigned i = 0; i < count; i++) {
+    size_t len = strlen(table[i].name) + 1;
+    copy[i].name = memcpy(at, table[i].name, len);
+    at += len;
+  }
+  m->table = copy;
+  m->count = count;
+  *out = m;
+  return DEVRT_OK;
+}
+
 static void host_module_unload(dv_dev* d, dv_module* m) {
   (void)d;
   free(m);
@@ -735,6 +756,37 @@ static void host_fault_arm(dv_dev* d, dv_fault_op which, unsigned nth) {
   if ((unsigned)which < DV_FAULT_OPS_) atomic_store(&d->faults[which], nth);
 }
 
+/* ---- several devices: one address space, so every host device reaches every other ---- */
+
+static devrt_status host_peer_query(dv_dev* a, dv_dev* b, devrt_peer_info* out) {
+  memset(out, 0, sizeof *out);
+  out->same_device = a->ordinal == b->ordinal;
+  out->can_access = out->native_atomics = true;
+  out->performance_rank = -1;
+  snprintf(out->link, sizeof out->link, "%s", out->same_device ? "same device" : "host memory");
+  return DEVRT_OK;
+}
+
+static devrt_status host_peer_enable(dv_dev* a, dv_dev* b) {
+  (void)a, (void)b;
+  return DEVRT_OK;
+}
+
+static void host_peer_disable(dv_dev* a, dv_dev* b) { (void)a, (void)b; }
+
+static devrt_status host_memcpy_peer(dv_stream* s, void* dst, dv_dev* dd, const void* src,
+                                     dv_dev* sd, size_t size) {
+  (void)dd, (void)sd;
+  return host_memcpy_async(s, dst, src, size);
+}
+
+static devrt_status host_device_enter(dv_dev* d) {
+  (void)d;
+  return DEVRT_OK;
+}
+
+static void host_device_leave(dv_dev* d) { (void)d; }
+
 const dv_backend dv_host_backend = {
     .name = "host",
     .device_count = host_device_count,
@@ -765,6 +817,7 @@ const dv_backend dv_host_backend = {
     .memset_async = host_memset_async,
     .memcpy_async = host_memcpy_async,
     .module_load = host_module_load,
+    .module_load_host = host_module_load_host,
     .module_unload = host_module_unload,
     .kernel_get = host_kernel_get,
     .launch = host_launch,
@@ -775,4 +828,10 @@ const dv_backend dv_host_backend = {
     .green_resource = host_green_resource,
     .green_destroy = host_green_destroy,
     .fault_arm = host_fault_arm,
+    .peer_query = host_peer_query,
+    .peer_enable = host_peer_enable,
+    .peer_disable = host_peer_disable,
+    .memcpy_peer = host_memcpy_peer,
+    .device_enter = host_device_enter,
+    .device_leave = host_device_leave,
 };

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "block.h"
 #include "../memory/account.h"
+#include "../multi/multi.h"
 
 enum {
   CHUNK_BITS = 12,
@@ -226,8 +227,19 @@ static void give_index(struct dv_blocks* t, uint32_t i) {
   pthread_mutex_unlock(&s->mu);
 }
 
+static devrt_runtime* peer_owner(devrt_runtime* rt, devrt_block h);
+
 static devrt_status stale(devrt_runtime* rt, devrt_block h, const char* call) {
   if (!h) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: block 0 is not a block", call);
+  devrt_runtime* o = peer_owner(rt, h);
+  if (o) /* live, and not stale: a peer's */
+    return dv_fail(DEVRT_ERR_STALE_BLOCK,
+                   "%s: block %#" PRIx64
+                   " belongs to the runtime of ordinal %d, which has peer "
+                   "access with this one: launches on this runtime may name it (devrt_launch, "
+                   "devrt_queue_submit, devrt_block_copy, collectives); other calls take its own "
+                   "runtime",
+                   call, h, o->cfg.ordinal);
   atomic_fetch_add_explicit(&rt->stale_refusals, 1, memory_order_relaxed);
   return dv_fail(DEVRT_ERR_STALE_BLOCK,
                  "%s: block %#" PRIx64 " (slot %" PRIu64 ", generation %" PRIu64
@@ -242,6 +254,21 @@ static dv_blk* record_of(devrt_runtime* rt, devrt_block h) {
   return h && i < atomic_load_explicit(&rt->blocks->next, memory_order_acquire)
              ? at(rt->blocks, (uint32_t)i)
              : NULL;
+}
+
+/* The runtime rt has peer access with whose table holds h live (a snapshot), or NULL. */
+static DV_NOINLINE devrt_runtime* peer_owner(devrt_runtime* rt, devrt_block h) {
+  unsigned n = atomic_load_explicit(&rt->npeers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    devrt_runtime* p = atomic_load_explicit(&rt->peers[i], memory_order_acquire);
+    dv_blk* b = p ? record_of(p, h) : NULL;
+    if (!b) continue;
+    lock(b);
+    bool live = b->live && b->gen == h >> INDEX_BITS;
+    unlock(b);
+    if (live) return p;
+  }
+  return NULL;
 }
 
 /* The block of a live handle, locked; NULL (with the error set in *st) otherwise. */
@@ -301,11 +328,49 @@ dv_wait* dv_wait_room(unsigned n) {
 static _Thread_local uint16_t wait_at[DV_SID_SLOTS];
 _Static_assert(DV_SID_SLOTS <= 65536, "wait_at holds list positions as uint16_t");
 
+_Atomic unsigned dv_peer_slots;
+_Thread_local unsigned dv_wait_foreign;
+
+/* want() for a peer runtime's mark (p->rt != rt): its entry's slot carries FOREIGN, so rt's own
+ * slots' position hints (wait_at) never confirm it, and it is found by a search of the list (few
+ * such entries). No room left (peer access enabled since the list was sized): the list is short,
+ * and dv_waits_issue refuses it. */
+#define FOREIGN 0x80000000u
+static DV_NOINLINE void want_foreign(dv_pev* p, dv_wait* w, unsigned* n, dv_counts* c,
+                                     unsigned wt) {
+  if (dv_pev_done(p->rt, p)) {
+    c->complete += wt;
+    return;
+  }
+  for (unsigned k = 0; k < *n; k++)
+    if (w[k].slot == (p->slot | FOREIGN) && w[k].ev->rt == p->rt) {
+      c->coalesced += wt;
+      if (p->seq > w[k].ev->seq) {
+        dv_pev_ref(p);
+        dv_pev_unref(p->rt, w[k].ev);
+        w[k].ev = p;
+      }
+      return;
+    }
+  if (dv_wait_foreign == 0 || dv_wait_foreign == DV_WAIT_SHORT) {
+    dv_wait_foreign = DV_WAIT_SHORT;
+    return;
+  }
+  dv_wait_foreign--;
+  dv_pev_ref(p);
+  w[(*n)++] = (dv_wait){p->slot | FOREIGN, false, p};
+  c->coalesced += wt - 1;
+}
+
 /* Adds event p to what stream `slot` must wait for: at most one per source slot, the newest.
  * Skips the slot's own events and events known complete. Counts as `wt` uses of p (a group's
  * members): each skip wt times, and a wait inserted for them as wt - 1 coalesced. */
 DV_HOT static void want(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n,
                         dv_counts* c, unsigned wt) {
+  if (DV_UNLIKELY(p->rt != rt)) {
+    want_foreign(p, w, n, c, wt);
+    return;
+  }
   if (p->slot == slot) {
     c->same += wt;
     return;
@@ -450,7 +515,7 @@ static DV_NOINLINE bool grow_unlocked(devrt_runtime* rt, dv_track* t, dv_spin* m
     ok = rec == DV_PEV_DONE ||
          (rec == DV_PEV_RECORDED && rt->be->event_sync(oldest->ev) == DEVRT_OK);
     if (ok)
-      dv_events_sync_end(rt, oldest->slot,
+      dv_events_sync_end(oldest->rt, oldest->slot,
                          atomic_load(&oldest->seq)); /* complete: so are all before */
   }
   if (oldest) dv_pev_unref(rt, oldest);
@@ -463,9 +528,10 @@ static DV_NOINLINE bool grow_unlocked(devrt_runtime* rt, dv_track* t, dv_spin* m
  * or p has completed. Each stays true (seq is final for both, dv_pev_done's is). */
 DV_HOT static bool replaces(devrt_runtime* rt, const dv_pev* ev, unsigned slot, const dv_pev* p,
                             bool waited) {
-  return (waited && p->slot != slot) ||
-         (p->slot == slot && atomic_load_explicit(&p->seq, memory_order_relaxed) <=
-                                 atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
+  bool same = p->slot == slot && p->rt == ev->rt; /* a slot is (runtime, index) */
+  return (waited && !same) ||
+         (same && atomic_load_explicit(&p->seq, memory_order_relaxed) <=
+                      atomic_load_explicit(&ev->seq, memory_order_relaxed)) ||
          dv_pev_done(rt, p);
 }
 
@@ -475,8 +541,8 @@ DV_HOT static bool replaces(devrt_runtime* rt, const dv_pev* ev, unsigned slot, 
  * room for one entry (has_room). */
 DV_HOT static void keep_entry(devrt_runtime* rt, dv_track* t, unsigned slot, dv_pev* p, bool wrote,
                               refs* r) {
-  unsigned k = 0;
-  while (k < t->nreaders && t->readers[k].slot != slot) k++;
+  unsigned k = 0; /* a slot is (runtime, index): a peer's slot of the same index is another */
+  while (k < t->nreaders && (t->readers[k].slot != slot || t->readers[k].ev->rt != p->rt)) k++;
   if (k < t->nreaders) {
     dv_wait* e = &t->readers[k];
     bool newer = atomic_load_explicit(&p->seq, memory_order_relaxed) >=
@@ -740,6 +806,11 @@ static devrt_status pin_each(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wa
   unsigned k = 0;
   for (; k < n; k++) {
     dv_blk* b = get_tracked(rt, u[k].block, call, &st);
+    devrt_runtime* o; /* a runtime rt has peer access with: work on rt may use its blocks */
+    if (DV_UNLIKELY(!b) && st == DEVRT_ERR_STALE_BLOCK && (o = peer_owner(rt, u[k].block))) {
+      if ((b = get_tracked(o, u[k].block, call, &st)) != NULL) dv_error_clear(); /* not stale */
+      x->peer = true;
+    }
     if (DV_UNLIKELY(!b)) break;
     if (DV_UNLIKELY(b->pins & FREEING)) {
       unlock(b);
@@ -839,7 +910,11 @@ DV_HOT devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv
 
 DV_HOT devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w,
                                    unsigned n, const dv_pev* of, uint32_t drops, dv_counts* c) {
-  devrt_status st = dv_slot_settle(rt, slot, of, drops, &c->late);
+  devrt_status st = DV_UNLIKELY(dv_wait_foreign == DV_WAIT_SHORT)
+                        ? dv_fail(DEVRT_ERR_INVALID_STATE,
+                                  "peer access was enabled while this call gathered its waits, "
+                                  "which outgrew their list: nothing was enqueued; call again")
+                        : dv_slot_settle(rt, slot, of, drops, &c->late);
   for (unsigned k = 0; k < n && st == DEVRT_OK; k++) st = dv_pev_wait(rt, s, w[k].ev, &c->late);
   if (st == DEVRT_OK) c->waits += n;
   drop_waits(rt, w, n);
@@ -875,7 +950,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
     if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
       record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
       touched(b);
-      add_user(b, slot);
+      if (!x->peer) add_user(b, slot); /* peer launches never repeat */
     }
     again = again && b->lastset == set &&
             (n > 1 || b->lastslot != slot); /* alone on one stream: the repeat path's */
@@ -886,7 +961,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
   }
   uint32_t gain = r->gain;
   refs_apply(rt, r);
-  if (again && n && ev && how && !g) group_form(rt, x);
+  if (again && n && ev && how && !g && !x->peer) group_form(rt, x);
   return gain;
 }
 
@@ -1341,7 +1416,51 @@ devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call) 
   return st;
 }
 
+devrt_status dv_block_find(devrt_runtime* rt, devrt_block h, const char* call,
+                           devrt_runtime** owner, void** ptr, size_t* size) {
+  devrt_status st = DEVRT_OK;
+  devrt_runtime* o = rt;
+  dv_blk* b = get_ready(rt, h, call, &st);
+  if (!b && st == DEVRT_ERR_STALE_BLOCK && (o = peer_owner(rt, h)) != NULL &&
+      (b = get_ready(o, h, call, &st)) != NULL)
+    dv_error_clear(); /* a peer's, not stale */
+  if (!b) return st;
+  *owner = o, *ptr = b->ptr, *size = b->size;
+  unlock(b);
+  return DEVRT_OK;
+}
+
+void dv_blocks_forget(devrt_runtime* rt, devrt_runtime* other) {
+  struct dv_blocks* t = rt->blocks;
+  uint32_t used = atomic_load(&t->next);
+  for (uint32_t i = 0; i < used; i++) {
+    dv_blk* b = at(t, i);
+    if (!b) continue;
+    refs r = {0};
+    lock_tracked(rt, b); /* a group's track goes back to its members first */
+    for (unsigned k = 0; k < b->t.nreaders;)
+      if (b->t.readers[k].ev->rt == other)
+        drop_entry(rt, &b->t, k, &r);
+      else
+        k++;
+    if (b->t.writer && b->t.writer->rt == other) drop(rt, &r, b->t.writer), b->t.writer = NULL;
+    if (r.n) touched(b);
+    unlock(b);
+    refs_apply(rt, &r);
+  }
+}
+
+devrt_status dv_block_check_use(devrt_runtime* rt, devrt_block h, const char* call) {
+  devrt_status st = dv_block_check(rt, h, call);
+  if (st == DEVRT_ERR_STALE_BLOCK && peer_owner(rt, h)) {
+    dv_error_clear();
+    st = DEVRT_OK;
+  }
+  return st;
+}
+
 void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n) {
   dv_counts ignored = {0}; /* semaphore waits are the queue's to count, not use tracking's */
+  dv_wait_foreign = DEVRT_QUEUE_MAX_WAITS; /* w has room for one per wait (every one a peer's) */
   want(rt, slot, p, w, n, &ignored, 1);
 }

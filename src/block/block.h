@@ -25,19 +25,28 @@ typedef struct dv_wait {
 typedef struct dv_uses {
   const devrt_block_use* u; /* the caller's list when it names each block once, else `merged` */
   unsigned n;
+  bool peer; /* some block is a peer runtime's (src/multi): no group, no repeat (set by the pin) */
   struct dv_blk* b[DEVRT_LAUNCH_MAX_USES]; /* each block's record, once pinned block by block */
   uint64_t ver[DEVRT_LAUNCH_MAX_USES];   /* each block's version after the use (the repeat path) */
   uint32_t epoch[DEVRT_LAUNCH_MAX_USES]; /* each block's track epoch when gathered */
   devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
 } dv_uses;
 
-/* Room for one wait per source slot: on the stack for up to 128 slots (the default 16 pool
+/* Room for one wait per source slot: rt's own, and the slots of every runtime that enabled peer
+ * access (dv_peer_slots: their marks may sit in any track, src/multi), which the list has room
+ * for in dv_wait_foreign (left after each one added; DV_WAIT_SHORT once one found none: then
+ * dv_waits_issue refuses the list). On the stack for up to 128 slots (the default 16 pool
  * streams, the runtime's own and 64 for partitions fit), else this thread's buffer, kept for its
  * next call (a wait list never lives across user code, so one a thread is enough). NULL: out of
  * host memory. */
-#define WAIT_BUF(rt, name)   \
-  dv_wait name##_stack[128]; \
-  dv_wait* name = DV_LIKELY((rt)->nslots <= 128) ? name##_stack : dv_wait_room((rt)->nslots)
+extern _Atomic unsigned dv_peer_slots;
+extern _Thread_local unsigned dv_wait_foreign;
+#define DV_WAIT_SHORT UINT32_MAX
+#define WAIT_BUF(rt, name)                                                        \
+  dv_wait name##_stack[128];                                                      \
+  unsigned name##_n = (rt)->nslots + (dv_wait_foreign = atomic_load_explicit(     \
+                                          &dv_peer_slots, memory_order_relaxed)); \
+  dv_wait* name = DV_LIKELY(name##_n <= 128) ? name##_stack : dv_wait_room(name##_n)
 /* This thread's room for n waits (NULL: out of host memory; dv_waits_refused says so); freed
  * when the thread exits. */
 devrt_status dv_waits_refused(devrt_runtime* rt);
@@ -108,6 +117,9 @@ devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call);
 /* OK if h names a live block (pending or not); else STALE_BLOCK (INVALID_ARGUMENT for 0) with
  * the message set: the checks made before anything is queued. */
 devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call);
+/* As dv_block_check, and a live block of a runtime rt has peer access with is OK too (a launch on
+ * rt may name it). */
+devrt_status dv_block_check_use(devrt_runtime* rt, devrt_block h, const char* call);
 /* Adds event p to what stream `slot` must wait for, as use tracking does: at most one per source
  * slot (the newest), none for the slot's own events or events known complete. Takes its own
  * reference on what it keeps; w has room for one entry per slot. */

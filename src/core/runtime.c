@@ -1,7 +1,9 @@
 /* runtime.c: configuration (defaults + DEVRT_* env), backend choice, and the runtimes: one
  * process-wide runtime per ordinal created on first use, plus owned runtimes for embedding. */
 #include "runtime.h"
+#include "../backend/fault.h"
 #include "../block/block.h"
+#include "../multi/multi.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -198,6 +200,7 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   const dv_backend* be = NULL;
   char reason[256];
   DV_CHECK(choose_backend(cfg, &be, reason, sizeof reason));
+  DV_CHECK(dv_fault_select(&be)); /* the fault-injecting wrapper, when enabled (tests) */
   uint64_t serial = atomic_fetch_add(&next_serial, 1);
   if (serial >= (1u << 20))
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
@@ -251,6 +254,7 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
                "runtime of ordinal %d is process-wide, not owned", rt->cfg.ordinal);
   DV_CHECK(dv_layouts_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_blocks_check_none(rt, "devrt_runtime_destroy"));
+  DV_CHECK(dv_peers_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
@@ -328,7 +332,7 @@ devrt_status devrt_runtime_info_get(devrt_runtime* rt, devrt_runtime_info* out) 
   DV_ARG_CHECK(out, "devrt_runtime_info_get", "out is NULL");
   memset(out, 0, sizeof *out);
   out->ordinal = rt->cfg.ordinal;
-  out->backend = rt->be == &dv_host_backend ? DEVRT_BACKEND_HOST : DEVRT_BACKEND_CUDA;
+  out->backend = dv_is_host(rt->be) ? DEVRT_BACKEND_HOST : DEVRT_BACKEND_CUDA;
   out->backend_name = rt->be->name;
   memcpy(out->backend_reason, rt->reason, sizeof out->backend_reason);
   pthread_mutex_lock(&rt->pool_mu);

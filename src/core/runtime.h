@@ -11,6 +11,7 @@
 #include "slotset.h" /* issue 25: for `polls` */
 
 #define DV_RT_MAGIC 0x64657672745f7274ull /* "devrt_rt" */
+#define DV_MAX_PEERS 64                   /* runtimes one runtime can have peer access with */
 
 struct devrt_runtime {
   _Alignas(
@@ -46,6 +47,11 @@ struct devrt_runtime {
   /* the slots whose newest mark was recorded and not yet seen complete by dv_events_poll
    * (src/timeline/marks.c): added by a record, taken by the poll (atomic, lines of its own) */
   _Alignas(DV_LINE) dv_slotset polls;
+  /* The runtimes this one has peer access with (src/multi): launches on this one may name their
+   * blocks, submissions their semaphores. Written under src/multi's lock (a disabled entry goes
+   * NULL, npeers never shrinks), read without one where a handle is not this runtime's. */
+  _Atomic unsigned npeers;
+  _Atomic(devrt_runtime*) peers[DV_MAX_PEERS];
 };
 
 /* rt is a live runtime (not NULL, not destroyed). */

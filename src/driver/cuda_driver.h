@@ -85,6 +85,17 @@
   X(cuGraphDestroy)
 // clang-format on
 
+/* Peer access between devices (src/multi; CUDA 11.2+ for the pools' access). */
+// clang-format off: one X a line
+#define DV_CU_PEER(X)        \
+  X(cuDeviceCanAccessPeer)   \
+  X(cuDeviceGetP2PAttribute) \
+  X(cuCtxEnablePeerAccess)   \
+  X(cuCtxDisablePeerAccess)  \
+  X(cuMemPoolSetAccess)      \
+  X(cuMemcpyPeerAsync)
+// clang-format on
+
 /* Green-context facts for tests and diagnostics (CUDA 12.4+). */
 #define DV_CU_GREEN_QUERY(X) X(cuStreamGetGreenCtx)
 
@@ -97,9 +108,10 @@ typedef struct dv_driver {
   DV_CU_GREEN_STREAM(DV_CU_FIELD)
   DV_CU_GRAPH(DV_CU_FIELD)
   DV_CU_GREEN_QUERY(DV_CU_FIELD)
+  DV_CU_PEER(DV_CU_FIELD)
   __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
   int version;                                        /* cuDriverGetVersion, e.g. 13000 */
-  bool has_pools, has_green, has_green_streams, has_graphs;
+  bool has_pools, has_green, has_green_streams, has_graphs, has_peer;
   bool has_structured_split; /* cuDevSmResourceSplit (CUDA 13.1) resolves */
 } dv_driver;
 

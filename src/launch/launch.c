@@ -31,21 +31,61 @@ struct devrt_module {
   devrt_kernel* kernels;
 };
 
-devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out) {
-  DV_RT_CHECK(rt, "devrt_module_load");
-  DV_ARG_CHECK(out, "devrt_module_load", "out is NULL");
+/* The module of a backend module just loaded (st: how its load went). */
+static devrt_status module_new(devrt_runtime* rt, devrt_status st, dv_module* dm,
+                               devrt_module** out) {
+  if (st != DEVRT_OK) return st;
   devrt_module* m = calloc(1, sizeof *m);
-  if (!m) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_module_load: out of host memory");
-  devrt_status st = rt->be->module_load(rt->dev, image, &m->m);
-  if (st != DEVRT_OK) {
-    free(m);
-    return st;
+  if (!m) {
+    rt->be->module_unload(rt->dev, dm);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_module_load: out of host memory");
   }
-  m->rt = rt;
+  m->rt = rt, m->m = dm;
   pthread_mutex_init(&m->mu, NULL);
   atomic_store(&m->magic, MODULE_MAGIC);
   *out = m;
   return DEVRT_OK;
+}
+
+devrt_status devrt_module_load(devrt_runtime* rt, const void* image, devrt_module** out) {
+  DV_RT_CHECK(rt, "devrt_module_load");
+  DV_ARG_CHECK(out, "devrt_module_load", "out is NULL");
+  dv_module* dm = NULL;
+  devrt_status st = rt->be->module_load(rt->dev, image, &dm);
+  return module_new(rt, st, dm, out);
+}
+
+/* The first thing wrong with entry i of a host kernel table, or NULL. */
+static const char* bad_host_kernel(const devrt_host_kernel* t, unsigned i) {
+  if (!t[i].name || !t[i].name[0]) return "has no name";
+  if (!t[i].fn) return "has no function";
+  if (t[i].nargs > DEVRT_HOST_KERNEL_MAX_ARGS) return "has more than 8 arguments";
+  for (unsigned a = 0; a < t[i].nargs; a++)
+    if (t[i].arg_size[a] == 0 || t[i].arg_size[a] > 256) return "has an argument size of 0 or >256";
+  for (unsigned j = 0; j < i; j++)
+    if (!strcmp(t[j].name, t[i].name)) return "repeats an earlier entry's name";
+  return NULL;
+}
+
+devrt_status devrt_module_load_host(devrt_runtime* rt, const devrt_host_kernel* table,
+                                    unsigned count, devrt_module** out) {
+  DV_RT_CHECK(rt, "devrt_module_load_host");
+  DV_ARG_CHECK(table && out, "devrt_module_load_host", "table or out is NULL");
+  DV_ARG_CHECK(count >= 1 && count <= DEVRT_HOST_MODULE_MAX_KERNELS, "devrt_module_load_host",
+               "count %u is outside 1..%u", count, DEVRT_HOST_MODULE_MAX_KERNELS);
+  for (unsigned i = 0; i < count; i++) {
+    const char* why = bad_host_kernel(table, i);
+    DV_ARG_CHECK(!why, "devrt_module_load_host", "entry %u (%s) %s", i,
+                 table[i].name ? table[i].name : "NULL", why);
+  }
+  if (!rt->be->module_load_host)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "devrt_module_load_host: the %s backend runs no host kernels (load the "
+                   "kernels' CUDA image with devrt_module_load)",
+                   rt->be->name);
+  dv_module* dm = NULL;
+  devrt_status st = rt->be->module_load_host(rt->dev, table, count, &dm);
+  return module_new(rt, st, dm, out);
 }
 
 static bool module_ok(devrt_module* m) {
@@ -82,10 +122,18 @@ devrt_status devrt_kernel_get(devrt_module* m, const char* name, devrt_kernel** 
     if ((k = malloc(sizeof *k + len)) != NULL) {
       atomic_init(&k->magic, KERNEL_MAGIC);
       k->rt = m->rt, k->module = m, k->k = dk, k->next = m->kernels;
-      if (m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams) != DEVRT_OK)
-        k->nparams = NO_PARAMS;
+      /* UNSUPPORTED: the driver cannot tell (only parked launches need it); any other failure
+       * is the driver's error, reported now rather than remembered as "cannot tell" */
+      st = m->rt->be->kernel_params(dk, MAX_PARAMS, k->param_size, &k->nparams);
+      if (st == DEVRT_ERR_UNSUPPORTED) {
+        k->nparams = NO_PARAMS, st = DEVRT_OK;
+        dv_error_clear(); /* the call succeeds */
+      }
       memcpy(k->name, name, len);
-      m->kernels = k;
+      if (st == DEVRT_OK)
+        m->kernels = k;
+      else
+        free(k);
     } else {
       st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_kernel_get: out of host memory");
     }
@@ -186,6 +234,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   dv_uses x;
   x.u = d->uses,
   x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */
+  x.peer = false;
   devrt_status st;
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
@@ -224,7 +273,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
       dv_uses_finish(rt, &x, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
-  if (!out && !how.g) dv_repeat_save(rt, slot, &x, ev, gain);
+  if (!out && !how.g && !x.peer) dv_repeat_save(rt, slot, &x, ev, gain);
 done:;
   static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
   if (DV_UNLIKELY(++launches % REAP_EVERY == 0) &&

@@ -119,9 +119,11 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
 
 /* Fills the account's figures into q (used by leaves' query). */
 static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
-  q->live_bytes = dv_account_live(a);
+  uint64_t held = atomic_load_explicit(&a->held, memory_order_acquire);
   q->pending_bytes = dv_account_sum(a, DV_PENDING);
   q->cached_bytes = dv_account_sum(a, DV_CACHED);
+  uint64_t idle = q->pending_bytes + q->cached_bytes; /* one read of each: live is what is left */
+  q->live_bytes = held > idle ? held - idle : 0;
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
 }

@@ -417,7 +417,7 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
   free(x);
   if (st == DEVRT_OK) st = build_pools(rt, spec, l);
   if (st != DEVRT_OK) {
-    layout_free(rt, l);
+    DV_KEEP_ERROR(layout_free(rt, l));
     return st;
   }
   l->create_ms = (double)(now_ns() - t0) / 1e6;

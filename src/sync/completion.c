@@ -5,7 +5,9 @@
  * sticky (a CUDA launch fault): the device is lost. */
 #include <stdio.h>
 #include <time.h>
+#include <sched.h>
 #include "sync.h"
+#include "../multi/multi.h"
 
 #define POLL_NS \
   50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */
@@ -35,7 +37,7 @@ static void post(void* p) {
  * is recorded after it (*bev) for the thread to sleep in. */
 static devrt_status follow(devrt_runtime* rt, dv_pev* ev, dv_event** bev) {
   dv_queue* q = rt->q;
-  unsigned i = ev->slot;
+  unsigned i = ev->slot % rt->nslots; /* a peer's mark shares a side stream with rt's slot */
   devrt_status st = DEVRT_OK;
   if (!q->side[i]) st = rt->be->stream_create(rt->dev, NULL, rt->cfg.stream_priority, &q->side[i]);
   if (st == DEVRT_OK && bev && !q->bev[i])
@@ -94,6 +96,7 @@ static void* complete_main(void* arg) {
   bool hostfn = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN;
   pthread_mutex_lock(&q->cmu);
   for (;;) {
+    q->rounds++; /* between passes: nothing held (dv_completion_pass) */
     devrt_semaphore* list = q->watch;
     q->watch = NULL;
     uint64_t posts = q->posts;
@@ -166,6 +169,19 @@ void dv_completion_stop(devrt_runtime* rt) {
     }
     if (q->bev[i]) rt->be->event_destroy(rt->dev, q->bev[i]);
   }
+}
+
+void dv_completion_pass(devrt_runtime* rt) {
+  dv_queue* q = rt->q;
+  pthread_mutex_lock(&q->cmu);
+  uint64_t r0 = q->rounds;
+  while (q->completer_up && q->rounds == r0) {
+    pthread_cond_signal(&q->ccv); /* an idle thread comes round */
+    pthread_mutex_unlock(&q->cmu);
+    sched_yield();
+    pthread_mutex_lock(&q->cmu);
+  }
+  pthread_mutex_unlock(&q->cmu);
 }
 
 void dv_device_lost(devrt_runtime* rt, const char* msg) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "../launch/launch.h"
 #include "sync.h"
+#include "../multi/multi.h"
 
 #define STAT(q, f) atomic_fetch_add_explicit(&(q)->f, 1, memory_order_relaxed)
 
@@ -265,8 +266,10 @@ static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l
     devrt_semaphore* s = l[i].semaphore;
     DV_ARG_CHECK(dv_sem_ok(s), "devrt_queue_submit", "%s %u: semaphore %p is NULL or destroyed",
                  what, i, (void*)s);
-    DV_ARG_CHECK(s->rt == rt, "devrt_queue_submit",
-                 "%s %u: semaphore %p belongs to another runtime", what, i, (void*)s);
+    DV_ARG_CHECK(s->rt == rt || dv_peer_linked(rt, s->rt), "devrt_queue_submit",
+                 "%s %u: semaphore %p belongs to the runtime of ordinal %d, which has no peer "
+                 "access with this one (devrt_peer_enable)",
+                 what, i, (void*)s, s->rt->cfg.ordinal);
     DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit",
                  "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
     uint64_t cur = atomic_load_explicit(&s->value, memory_order_acquire);
@@ -291,7 +294,7 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
     case DEVRT_WORK_LAUNCH:
       DV_CHECK(dv_launch_check(rt, &sub->launch));
       for (unsigned i = 0; i < sub->launch.nuses; i++)
-        DV_CHECK(dv_block_check(rt, sub->launch.uses[i].block, "devrt_queue_submit"));
+        DV_CHECK(dv_block_check_use(rt, sub->launch.uses[i].block, "devrt_queue_submit"));
       return dv_launch_args_size(&sub->launch, nargs, argbytes);
     case DEVRT_WORK_HOST_CALL:
       DV_ARG_CHECK(sub->host.fn, "devrt_queue_submit", "host call without a function");

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "sync.h"
+#include "../multi/multi.h"
 
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
 #define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */
@@ -199,11 +200,12 @@ void dv_sem_complete(devrt_semaphore* s, uint64_t v, bool gpu) {
 }
 
 bool dv_sem_observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
-  devrt_runtime* rt = s->rt;
+  devrt_runtime* rt = ev->rt; /* the signalling device: s's, or a peer's */
   bool done = dv_pev_done(rt, ev);
   devrt_status st = done ? DEVRT_OK : rt->be->event_query(ev->ev, &done);
-  if (st != DEVRT_OK) { /* sticky: the device is lost */
+  if (st != DEVRT_OK) { /* sticky: the device is lost, and with it what it was to signal here */
     dv_device_lost(rt, devrt_last_error());
+    if (rt != s->rt) dv_sem_fail(s, DEVRT_ERR_DEVICE_LOST, rt->q->lost_msg);
     return true;
   }
   if (done) {
@@ -327,6 +329,42 @@ dv_action* dv_sem_release(devrt_semaphore* s) {
     }
   pthread_mutex_unlock(&s->mu);
   return head;
+}
+
+/* ---- peer links (src/multi) ---- */
+
+bool dv_sems_parked_from(devrt_runtime* rt, devrt_runtime* other) {
+  bool found = false;
+  pthread_mutex_lock(&rt->q->mu);
+  for (devrt_semaphore* s = rt->q->live; s && !found; s = s->next) {
+    pthread_mutex_lock(&s->mu);
+    for (dv_heap* h = &s->dev; h && !found; h = h == &s->dev ? &s->host : NULL)
+      for (unsigned i = 0; i < h->n && !found; i++) found = h->v[i].a->rt == other;
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&rt->q->mu);
+  return found;
+}
+
+/* Each semaphore of rt reaches the highest value other's work was to signal (it has completed:
+ * the caller synchronized other), so no timepoint of rt holds other's marks. */
+void dv_sems_forget(devrt_runtime* rt, devrt_runtime* other) {
+  pthread_mutex_lock(&rt->q->mu);
+  unsigned n = rt->q->nlive, k = 0;
+  devrt_semaphore** v = malloc((n ? n : 1) * sizeof *v);
+  for (devrt_semaphore* s = rt->q->live; v && s; s = s->next) dv_sem_ref(v[k++] = s);
+  pthread_mutex_unlock(&rt->q->mu);
+  for (unsigned i = 0; i < k; i++) {
+    devrt_semaphore* s = v[i];
+    uint64_t top = 0;
+    pthread_mutex_lock(&s->mu);
+    for (dv_tp* t = s->head; t; t = t->next)
+      if (t->ev->rt == other && t->value > top) top = t->value;
+    pthread_mutex_unlock(&s->mu);
+    if (top) dv_sem_complete(s, top, false);
+    dv_sem_unref(s);
+  }
+  free(v);
 }
 
 /* ---- host waits ---- */

@@ -124,6 +124,7 @@ typedef struct dv_queue {
   dv_event** bev;   /* sync mode, per slot: a blocking-sync event recorded on the side stream */
   pthread_t completer;
   bool completer_up, cstop, cidle;
+  uint64_t rounds; /* the completion thread's passes begun (under cmu) */
 
   _Atomic bool lost;
   char lost_msg[DV_MSG];

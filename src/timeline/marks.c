@@ -26,6 +26,7 @@ static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev
     return st;
   }
   p->slot = slot;
+  p->rt = rt;
   atomic_fetch_add_explicit(&es->created, 1, memory_order_relaxed);
   *out = p;
   return DEVRT_OK;
@@ -66,6 +67,7 @@ DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
 }
 
 DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late) {
+  if (DV_UNLIKELY(p->rt != rt)) late = NULL, rt = p->rt; /* a peer's mark: its own counters */
   uint8_t s = atomic_load_explicit(&p->rec, memory_order_acquire);
   while (s != DV_PEV_RECORDED) {
     if (s == DV_PEV_RECORDING) { /* another thread is recording it */
@@ -192,7 +194,8 @@ DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
   uint32_t was = atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel);
   assert(was >= n); /* more references dropped than taken */
   if (was != n) return;
-  dv_evslot* es = &rt->evslots[p->slot];
+  (void)rt;
+  dv_evslot* es = &p->rt->evslots[p->slot];
   dv_pev* head = atomic_load_explicit(&es->back, memory_order_relaxed);
   do p->next = head;
   while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release,
@@ -200,7 +203,8 @@ DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
 }
 
 DV_HOT bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p) {
-  return p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_acquire);
+  (void)rt;
+  return p->seq <= atomic_load_explicit(&p->rt->evslots[p->slot].done_seq, memory_order_acquire);
 }
 
 /* A settled mark's seq is final (read after rec, which settles it with release). */

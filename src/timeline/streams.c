@@ -98,19 +98,22 @@ devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int 
   }
   for (unsigned k = out->n; k-- > 0;) push_free(out, out->slots[k], rt->slots);
   pthread_mutex_unlock(&rt->pool_mu);
-  if (s != DEVRT_OK) dv_pool_destroy(rt, out);
+  if (s != DEVRT_OK) DV_KEEP_ERROR(dv_pool_destroy(rt, out));
   return s;
 }
 
 void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
-  for (unsigned k = 0; k < p->n; k++) { /* nobody can reach these slots any more */
+  for (unsigned k = 0; k < p->n; k++) { /* no call leases these slots any more */
     dv_slot* sl = &rt->slots[p->slots[k]];
     rt->be->stream_sync(sl->s); /* on failure (a lost device) nothing more can run on it either */
     dv_events_retire(rt, p->slots[k]);
     dv_resources_stream_retired(rt, DV_SID(rt->serial, p->slots[k], sl->lease));
-    rt->be->stream_destroy(rt->dev, sl->s);
+    dv_stream* s = sl->s;
+    pthread_mutex_lock(&rt->pool_mu); /* import and peer_disable read every slot's stream */
     sl->s = NULL;
     sl->pool = NULL;
+    pthread_mutex_unlock(&rt->pool_mu);
+    rt->be->stream_destroy(rt->dev, s);
   }
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned k = 0; k < p->n; k++) push_spare(rt, p->slots[k]);
@@ -264,9 +267,9 @@ devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* 
   if (native == DEVRT_STREAM_LEGACY) native = NULL; /* one stream, two spellings */
   devrt_status s = DEVRT_OK;
   pthread_mutex_lock(&rt->pool_mu);
-  for (unsigned i = 0; native && i <= rt->npool; i++) { /* the pool's and the runtime's own */
+  for (unsigned i = 0; native && i < rt->nslots; i++) { /* the pools' (partitions' too), its own */
     dv_slot* sl = &rt->slots[i];
-    if (sl->s && rt->be->stream_native(sl->s) == native) {
+    if (sl->s && !sl->foreign && rt->be->stream_native(sl->s) == native) {
       s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                   "devrt_stream_import: stream %p is this runtime's own (slot %u): use its id",
                   native, i);
@@ -340,8 +343,16 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream id) {
   }
   pthread_mutex_unlock(&rt->pool_mu);
   if (!last) return s;
-  /* As dv_pool_destroy: synchronized, then every layer forgets it (nobody else reaches it). */
-  s = rt->be->stream_sync(sl->s);
+  /* As dv_pool_destroy: synchronized, then every layer forgets it (nobody else reaches it). A
+   * failed synchronize retires nothing: the import is held again and may be forgotten again. */
+  if ((s = rt->be->stream_sync(sl->s)) != DEVRT_OK) {
+    pthread_mutex_lock(&rt->pool_mu);
+    sl->holders = 1;
+    sl->retiring = false;
+    atomic_store_explicit(&sl->id, id, memory_order_release);
+    pthread_mutex_unlock(&rt->pool_mu);
+    return s;
+  }
   dv_events_retire(rt, DV_SID_SLOT(id));
   dv_resources_stream_retired(rt, id);
   if (sl->foreign == DV_FOREIGN_LEGACY)

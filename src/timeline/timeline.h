@@ -54,8 +54,9 @@ typedef struct dv_pev {
   _Alignas(64) dv_event* ev;
   _Atomic uint32_t refs;
   uint32_t slot;
-  _Atomic uint64_t seq; /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
-  _Atomic uint8_t rec;  /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
+  struct devrt_runtime* rt; /* whose slot: a track or a semaphore may hold a peer's marks */
+  _Atomic uint64_t seq;     /* moves forward when a repeated launch reuses the mark (dv_repeat_*) */
+  _Atomic uint8_t rec;      /* DV_PEV_LAZY, DV_PEV_RECORDING (one thread), RECORDED, DONE */
   struct dv_pev *next, *all; /* free list; every event of the slot (for teardown) */
 } dv_pev;
 /* A mark is LAZY until something needs it; one thread then holds it RECORDING while it records
@@ -101,7 +102,10 @@ typedef struct dv_evslot {
 void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
 void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
 
-/* marks.c */
+/* marks.c. A mark belongs to its runtime's slot (p->rt), and may be held by another runtime's
+ * tracks and semaphores (src/multi: peer access): the calls below that take a mark act on its own
+ * runtime's slot, whatever runtime the caller names; only the stream a wait goes to, and the
+ * counters a record is added to, are the caller's. A slot is named by (p->rt, p->slot). */
 /* Records a pooled event on stream s of `slot`; the caller owns one reference. */
 devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pev** out);
 /* A lazy mark after the work just enqueued on `slot`; the caller owns one reference to it, and

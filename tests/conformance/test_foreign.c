@@ -82,6 +82,19 @@ static void test_refusals(void) {
   CHECK_STATUS(devrt_stream_import(rt, n, &id), DEVRT_ERR_INVALID_ARGUMENT); /* devrt's own */
   CHECK(strstr(devrt_last_error(), "own") != NULL);
   CHECK_STATUS(devrt_stream_forget(rt, own), DEVRT_ERR_INVALID_ARGUMENT); /* not imported */
+  /* A partition's stream is devrt's own too (found by the fuzzer: it was imported). */
+  devrt_layout_spec spec = {.groups = 1, .flags = DEVRT_LAYOUT_ALLOW_FALLBACK};
+  devrt_layout* l = NULL;
+  devrt_partition* p = NULL;
+  devrt_stream ps = 0;
+  REQUIRE_OK(devrt_layout_create(rt, &spec, &l));
+  REQUIRE_OK(devrt_layout_partition(rt, l, 0, &p));
+  REQUIRE_OK(devrt_partition_stream_acquire(rt, p, DEVRT_ACQUIRE_FAIL, &ps));
+  REQUIRE_OK(devrt_stream_native(rt, ps, &n));
+  CHECK_STATUS(devrt_stream_import(rt, n, &id), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "own") != NULL);
+  CHECK_OK(devrt_stream_release(rt, ps));
+  CHECK_OK(devrt_layout_destroy(rt, l));
   dv_stream* f = foreign_new();
   REQUIRE_OK(devrt_stream_import(rt, nat(f), &id));
   CHECK_STATUS(devrt_stream_release(rt, id), DEVRT_ERR_INVALID_ARGUMENT); /* imported */

@@ -198,6 +198,28 @@ class Package(unittest.TestCase):
         self.assertEqual(devrt.figures()["cached_bytes"], 0)
         self.assertEqual(devrt.figures()["live_bytes"], f0["live_bytes"])
 
+    def test_pool_and_release(self):
+        p0 = devrt.pool()
+        self.assertEqual(set(p0), {"used_current", "used_high", "reserved_current",
+                                   "reserved_high", "release_threshold"})
+        a = Allocation(1 << 20, TAG_PYTEST)
+        p1 = devrt.pool()
+        self.assertGreaterEqual(p1["reserved_high"], p1["reserved_current"])
+        self.assertGreaterEqual(p1["reserved_current"], 1 << 20)
+        a.free()
+        self.assertIsInstance(devrt.release(), int)
+        f = devrt.figures()
+        self.assertEqual((f["pending_bytes"], f["cached_bytes"]), (0, 0))
+        m = devrt.torch.memory_stats()
+        self.assertEqual(m["reserved_bytes.all.peak"], devrt.pool()["reserved_high"])
+
+    def test_optional_modules_import_without_their_frameworks(self):
+        # devrt.cupy and devrt.bench import CuPy and PyTorch only when used.
+        rc, out, err = py("import devrt.cupy, devrt.bench.torch_bench, sys; "
+                          "print('cupy' in sys.modules, 'torch' in sys.modules)")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.split(), ["False", "False"])
+
     def test_torch_memory_stats_names(self):
         # memory_stats() reads devrt alone (no PyTorch): the "torch" tag's traffic under
         # torch.cuda.memory_stats()'s names.

@@ -16,4 +16,10 @@ int bench_launch(const cli_opts* o);
 int bench_sem(const cli_opts* o);
 int bench_partition(const cli_opts* o);
 int bench_scale(const cli_opts* o);
+int bench_multi(const cli_opts* o);
+/* examples/engine/cli.c: `devrt demo` and `devrt bench demo`; each parses its own options
+ * (argv[0] is the command's name). */
+int cli_demo(int argc, char** argv);
+int bench_demo(int argc, char** argv);
+int cli_replay(int argc, char** argv); /* argv[0] is "replay"; parses its own options */
 #endif

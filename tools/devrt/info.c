@@ -40,6 +40,31 @@ static void print_plan(const devrt_layout_plan* p, int json) {
   printf(json ? "]" : "");
 }
 
+/* The peer matrix: every pair of the backend's devices (up to 16), through their process-wide
+ * runtimes: which can reach each other and over what link (devrt_peer_query). */
+#define MAXPEER 16
+typedef struct pair {
+  int a, b;
+  devrt_status st;
+  devrt_peer_info pi;
+} pair;
+
+static int peer_pairs(devrt_runtime* rt, pair* out, int* ndev) {
+  int n = 0, k = 0;
+  if (devrt_peer_count(rt, &n) != DEVRT_OK) n = 1;
+  *ndev = n = n > MAXPEER ? MAXPEER : n;
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++) {
+      devrt_runtime *ra, *rb;
+      pair* p = &out[k++];
+      p->a = a, p->b = b;
+      p->st = devrt_runtime_get(a, &ra);
+      if (p->st == DEVRT_OK) p->st = devrt_runtime_get(b, &rb);
+      if (p->st == DEVRT_OK) p->st = devrt_peer_query(ra, rb, &p->pi);
+    }
+  return k;
+}
+
 int cli_info(const cli_opts* o) {
   devrt_runtime* rt;
   devrt_status s = devrt_runtime_get(o->ordinal, &rt);
@@ -70,6 +95,8 @@ int cli_info(const cli_opts* o) {
   devrt_status ls[NLAYOUT];
   for (unsigned i = 0; i < NLAYOUT; i++)
     ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
+  static pair pairs[MAXPEER * (MAXPEER - 1) / 2];
+  int ndev = 1, npairs = peer_pairs(rt, pairs, &ndev);
   if (o->json) {
     printf("{\"devrt\":\"%s\",\"built_with_cuda\":%s,\"backend\":\"%s\",\"backend_reason\":",
            devrt_version(), devrt_built_with_cuda() ? "true" : "false", ri.backend_name);
@@ -113,7 +140,20 @@ int cli_info(const cli_opts* o) {
         printf("[]");
       printf(",\"idle_sms\":%u}", ls[i] == DEVRT_OK ? lp[i].idle_sms : 0);
     }
-    printf("]}\n");
+    printf("],\n \"peers\":{\"devices\":%d,\"pairs\":[", ndev);
+    for (int i = 0; i < npairs; i++) {
+      const devrt_peer_info* q = &pairs[i].pi;
+      printf("%s{\"a\":%d,\"b\":%d,\"status\":\"%s\"", i ? "," : "", pairs[i].a, pairs[i].b,
+             devrt_status_name(pairs[i].st));
+      if (pairs[i].st == DEVRT_OK)
+        printf(
+            ",\"can_access\":%s,\"link\":\"%s\",\"performance_rank\":%d,"
+            "\"native_atomics\":%s,\"enabled\":%s",
+            q->can_access ? "true" : "false", q->link, q->performance_rank,
+            q->native_atomics ? "true" : "false", q->enabled ? "true" : "false");
+      printf("}");
+    }
+    printf("]}}\n");
     return 0;
   }
   printf("devrt %s (built %s the cuda backend)\n", devrt_version(),
@@ -157,6 +197,17 @@ int cli_info(const cli_opts* o) {
       printf(" (catch-all %u)", lp[i].catch_all);
     }
     printf("\n");
+  }
+  printf("peers: %d device(s)%s\n", ndev, npairs ? " (devrt_peer_enable enables a pair)" : "");
+  for (int i = 0; i < npairs; i++) {
+    const devrt_peer_info* q = &pairs[i].pi;
+    if (pairs[i].st != DEVRT_OK)
+      printf("  %d <-> %d: %s\n", pairs[i].a, pairs[i].b, devrt_status_name(pairs[i].st));
+    else if (q->performance_rank >= 0)
+      printf("  %d <-> %d: %s, performance rank %d, native atomics %s\n", pairs[i].a, pairs[i].b,
+             q->link, q->performance_rank, q->native_atomics ? "yes" : "no");
+    else
+      printf("  %d <-> %d: %s\n", pairs[i].a, pairs[i].b, q->link);
   }
   return 0;
 }

@@ -1,5 +1,5 @@
-/* main.c: the devrt command line: `devrt info`, `devrt stats`, `devrt bench <suite>`; each takes
- * --json. */
+/* main.c: the devrt command line: `devrt info`, `devrt stats`, `devrt bench <suite>`, `devrt replay
+ * LOG`; each takes --json. */
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
@@ -38,6 +38,15 @@ static int usage(FILE* f) {
       "                                  and background throughput; layout create/destroy vs the "
       "driver\n"
       "                                  calls, partition stream acquire vs the runtime pool\n"
+      "  demo [--tenants N] [--scale S] [--plain] [--json] [--trace FILE] [--report DIR] ...\n"
+      "                                  the main job: a multi-tenant relational engine on devrt "
+      "(devrt\n"
+      "                                  demo --help); every result checked against a CPU "
+      "reference\n"
+      "  bench demo [--json] [--rounds R] [--tenants N] [--scale S] ...\n"
+      "                                  the demo on partitions and on plain streams: scan speed "
+      "vs a\n"
+      "                                  device copy, busy fraction, isolation, memory\n"
       "  bench scale [--json] [--ordinal N] [--rounds R] [--max N]\n"
       "                                  per-call cost against the state devrt keeps (readers, "
       "streams,\n"
@@ -46,6 +55,18 @@ static int usage(FILE* f) {
       "                                  unit at each size, largest/smallest ratio (goal <= 1.5); "
       "--max\n"
       "                                  caps the sizes\n"
+      "  bench multi [--json] [--ordinal N] [--rounds R]\n"
+      "                                  two devices (N, N+1): a semaphore chain hopping between "
+      "them,\n"
+      "                                  a tracked peer copy, tracked all-reduces (NCCL) at 1 KiB, "
+      "1 MiB,\n"
+      "                                  256 MiB, each vs the raw calls\n"
+      "  replay LOG [--stack full|nocache|async|simple] [--rounds R] [--ordinal N] [--json]\n"
+      "                                  replays an allocation log (devrt's or RMM's CSV) on "
+      "one\n"
+      "                                  thread against each stack (or one): ops/s, peak "
+      "reserved,\n"
+      "                                  peak reserved / peak live\n"
       "env: DEVRT_BACKEND=auto|cuda|host, DEVRT_STREAMS, DEVRT_STREAM_PRIORITY, "
       "DEVRT_POOL_RELEASE,\n"
       "     DEVRT_HOST_WORKERS, DEVRT_HOST_DEVICES, DEVRT_CUDA_LIBRARY, DEVRT_BUDGET, "
@@ -58,6 +79,10 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
     return usage(stdout);
+  if (!strcmp(argv[1], "replay")) return cli_replay(argc - 1, argv + 1); /* its own options */
+  if (!strcmp(argv[1], "demo")) return cli_demo(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "bench") && argc > 2 && !strcmp(argv[2], "demo"))
+    return bench_demo(argc - 2, argv + 2);
   cli_opts o = {.ordinal = 0, .json = 0, .rounds = 0, .max = 0};
   int first = !strcmp(argv[1], "bench") ? 3 : 2;
   if (first > argc) return usage(stderr);
@@ -84,6 +109,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[2], "sem")) return bench_sem(&o);
     if (!strcmp(argv[2], "partition")) return bench_partition(&o);
     if (!strcmp(argv[2], "scale")) return bench_scale(&o);
+    if (!strcmp(argv[2], "multi")) return bench_multi(&o);
     fprintf(stderr, "devrt: unknown bench suite '%s'\n", argv[2]);
     return usage(stderr);
   }

@@ -1,0 +1,239 @@
+/* cli.c: `devrt demo` (one run of the engine: the table, or --json; --trace, --report) and `devrt
+ * bench demo` (runs on partitions and on plain streams, repeated: scan speed against a device
+ * copy, busy fraction, isolation, memory; median and spread). Each parses its own options. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "bench.h"
+#include "cli.h"
+#include "engine.h"
+#include "json.h"
+
+static int usage(FILE* f, bool bench) {
+  fprintf(f,
+          "usage: devrt %s [options]\n"
+          "  --tenants N     tenants (2..%d, default 4): tenant 0 interactive, the rest batch\n"
+          "  --scale S       TPC-H scale factor, 6 M lineitem rows each (GPU 10, host 0.25)\n"
+          "  --chunk ROWS    rows per chunk (GPU 2097152, host 32768)\n"
+          "  --credits N     chunks a tenant may have in flight (default 4)\n"
+          "  --queries N     queries per batch tenant (host default 4)\n"
+          "  --seconds S     batch tenants start queries for S seconds (GPU default 3)\n"
+          "  --alone N       interactive queries before the batch tenants start (GPU 400, host "
+          "20)\n"
+          "  --ordinal N     device ordinal\n"
+          "  --json          figures as JSON on stdout\n",
+          bench ? "bench demo" : "demo", EG_MAX_TENANTS);
+  if (bench)
+    fprintf(f,
+            "  --rounds R      repetitions, each on partitions and on plain streams (default 5; "
+            "host 3)\n");
+  else
+    fprintf(f,
+            "  --plain         partitions of plain streams instead of green contexts\n"
+            "  --quiet         no progress output\n"
+            "  --trace FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
+            "  --report DIR    DIR/index.html: memory, timeline, latency, the table\n");
+  return f == stderr ? 2 : 0;
+}
+
+static int bad_value(const char* opt, const char* v, bool bench) {
+  fprintf(stderr, "devrt %s: %s takes %s, not '%s'\n", bench ? "bench demo" : "demo", opt,
+          strcmp(opt, "--scale") && strcmp(opt, "--seconds") ? "a count" : "a number in (0, 1e4]",
+          v ? v : "(nothing)");
+  return usage(stderr, bench);
+}
+
+/* Parses the options both commands share and those of one: 0, 1 after --help, else 2. */
+static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char* end = NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout, bench);
+      return 1;
+    } else if (!strcmp(a, "--json")) {
+      o->json = true;
+    } else if (!bench && !strcmp(a, "--plain")) {
+      o->plain = true;
+    } else if (!bench && !strcmp(a, "--quiet")) {
+      o->quiet = true;
+    } else if (!bench && (!strcmp(a, "--trace") || !strcmp(a, "--report"))) {
+      if (!v) return bad_value(a, v, bench);
+      *(!strcmp(a, "--trace") ? &o->trace_path : &o->report_dir) = argv[++i];
+    } else if (!strcmp(a, "--scale") || !strcmp(a, "--seconds")) {
+      double d = v ? strtod(v, &end) : 0;
+      if (!v || *end || !(d > 0) || d > 1e4) return bad_value(a, v, bench);
+      *(!strcmp(a, "--scale") ? &o->scale : &o->seconds) = d, i++;
+    } else if (!strcmp(a, "--tenants") || !strcmp(a, "--chunk") || !strcmp(a, "--credits") ||
+               !strcmp(a, "--queries") || !strcmp(a, "--alone") || !strcmp(a, "--ordinal") ||
+               (bench && !strcmp(a, "--rounds"))) {
+      long n = v ? strtol(v, &end, 10) : -1;
+      if (!v || *end || n < 0 || n > (1L << 30)) return bad_value(a, v, bench);
+      i++;
+      if (!strcmp(a, "--tenants")) o->tenants = (int)n;
+      if (!strcmp(a, "--chunk")) o->chunk_rows = (uint64_t)n;
+      if (!strcmp(a, "--credits")) o->credits = (int)n;
+      if (!strcmp(a, "--queries")) o->queries = (int)n;
+      if (!strcmp(a, "--alone")) o->alone = (int)n;
+      if (!strcmp(a, "--ordinal")) o->ordinal = (int)n;
+      if (!strcmp(a, "--rounds")) *rounds = (int)n;
+    } else {
+      fprintf(stderr, "devrt %s: unknown option '%s'\n", bench ? "bench demo" : "demo", a);
+      return usage(stderr, bench);
+    }
+  }
+  if (o->tenants && (o->tenants < 2 || o->tenants > EG_MAX_TENANTS)) {
+    fprintf(stderr, "devrt: --tenants must be 2..%d\n", EG_MAX_TENANTS);
+    return 2;
+  }
+  return 0;
+}
+
+int cli_demo(int argc, char** argv) {
+  eg_options o = {0};
+  int rounds = 0, rc = parse(argc, argv, false, &o, &rounds);
+  if (rc) return rc == 1 ? 0 : rc;
+  o.progress = !o.quiet && isatty(STDERR_FILENO);
+  eg_figures* f = malloc(sizeof *f);
+  if (!f) return 1;
+  rc = eg_run(&o, f);
+  if (o.json)
+    eg_print_json(f, stdout);
+  else if (!o.quiet || !f->ok)
+    eg_print_table(f, o.quiet ? stderr : stdout);
+  free(f);
+  return rc;
+}
+
+/* ---- bench demo ---- */
+
+enum {
+  F_SCAN,
+  F_COPY,
+  F_RATIO,
+  F_BUSY,
+  F_BUSY_PLAIN,
+  F_ISO,
+  F_ISO_PLAIN,
+  F_PEAK,
+  F_PEAK_PLAIN,
+  F_TENANT,
+  F_RETRIES,
+  NF
+};
+static const char* const fig_names[NF] = {"scan_gb_per_s",
+                                          "copy_gb_per_s",
+                                          "scan_over_copy",
+                                          "busy",
+                                          "busy_plain",
+                                          "isolation",
+                                          "isolation_plain",
+                                          "peak_over_budget",
+                                          "peak_over_budget_plain",
+                                          "tenant_high_over_sub",
+                                          "over_budget_retries"};
+
+static double iso(const eg_figures* f) {
+  const eg_tenant_figures* t = &f->t[0];
+  return t->alone.n && t->load.n && t->alone.p99 > 0 ? t->load.p99 / t->alone.p99 : NAN;
+}
+
+static double tenant_high(const eg_figures* f) {
+  double m = 0;
+  for (int i = 0; i < f->tenants; i++)
+    if (f->t[i].sub_budget && (double)f->t[i].mem_high / (double)f->t[i].sub_budget > m)
+      m = (double)f->t[i].mem_high / (double)f->t[i].sub_budget;
+  return m;
+}
+
+static uint64_t retries(const eg_figures* f) {
+  uint64_t n = 0;
+  for (int i = 0; i < f->tenants; i++) n += f->t[i].retries;
+  return n;
+}
+
+int bench_demo(int argc, char** argv) {
+  eg_options o = {0};
+  int rounds = 0, rc = parse(argc, argv, true, &o, &rounds);
+  if (rc) return rc == 1 ? 0 : rc;
+  o.quiet = true;
+  eg_figures *fp = malloc(sizeof *fp), *fq = malloc(sizeof *fq);
+  double* v[NF];
+  bool have = fp && fq;
+  for (int k = 0; k < NF; k++) have = (v[k] = calloc(64, sizeof(double))) != NULL && have;
+  if (!have) return 1;
+  for (int r = 0; r < (rounds ? rounds : 64) && !rc; r++) {
+    eg_options p = o, q = o;
+    p.measure = true, q.plain = true;
+    if (eg_run(&p, fp) || eg_run(&q, fq)) {
+      fprintf(stderr, "bench demo: round %d failed: %s\n", r, fp->ok ? fq->error : fp->error);
+      rc = 1;
+      break;
+    }
+    if (!rounds) rounds = !strcmp(fp->backend, "cuda") ? 5 : 3;
+    if (rounds > 64) rounds = 64;
+    double x[NF] = {fp->scan_gbs,
+                    fp->copy_gbs,
+                    fp->scan_gbs / fp->copy_gbs,
+                    fp->busy,
+                    fq->busy,
+                    iso(fp),
+                    iso(fq),
+                    (double)fp->peak_held / (double)fp->global_budget,
+                    (double)fq->peak_held / (double)fq->global_budget,
+                    tenant_high(fp) > tenant_high(fq) ? tenant_high(fp) : tenant_high(fq),
+                    (double)(retries(fp) + retries(fq))};
+    for (int k = 0; k < NF; k++) v[k][r] = x[k];
+  }
+  if (!rc) {
+    bench_stat s[NF];
+    for (int k = 0; k < NF; k++) s[k] = bench_stat_of(v[k], rounds);
+    bool scan_ok = s[F_RATIO].median >= 0.70, busy_ok = s[F_BUSY].median >= 0.90,
+         iso_ok = s[F_ISO].median <= 1.5;
+    if (o.json) {
+      char d[600], a[32], b[32], c[32];
+      printf(
+          "{\"suite\":\"demo\",\"backend\":\"%s\",\"device\":%s,\"rounds\":%d,\"tenants\":%d,"
+          "\"scale\":%s,\"figures\":{",
+          fp->backend, json_quote(d, sizeof d, fp->device), rounds, fp->tenants,
+          json_num(a, "%g", fp->scale));
+      for (int k = 0; k < NF; k++)
+        printf("%s\"%s\":{\"median\":%s,\"p10\":%s,\"p90\":%s}", k ? "," : "", fig_names[k],
+               json_num(a, "%.4g", s[k].median), json_num(b, "%.4g", s[k].p10),
+               json_num(c, "%.4g", s[k].p90));
+      printf(
+          "},\"goals\":{\"scan_over_copy_min\":0.7,\"busy_min\":0.9,\"isolation_max\":1.5,"
+          "\"scan_met\":%s,\"busy_met\":%s,\"isolation_met\":%s}}\n",
+          scan_ok ? "true" : "false", busy_ok ? "true" : "false", iso_ok ? "true" : "false");
+    } else {
+#define MS(k) s[k].median, s[k].p10, s[k].p90
+      printf(
+          "devrt bench demo on %s (%s backend): %d tenants, scale %g, %d rounds, each on "
+          "partitions and on plain streams; median [p10, p90]\n",
+          fp->device, fp->backend, fp->tenants, fp->scale, rounds);
+      printf(
+          "scan       Q1 scan %.1f [%.1f, %.1f] GB/s, device copy %.1f [%.1f, %.1f] GB/s "
+          "(read + write): %.3f [%.3f, %.3f] of the copy; goal >= 0.70: %s\n",
+          MS(F_SCAN), MS(F_COPY), MS(F_RATIO), scan_ok ? "met" : "missed");
+      printf(
+          "busy       kernels cover %.3f [%.3f, %.3f] of the batch phase (plain streams %.3f "
+          "[%.3f, %.3f]); goal >= 0.90: %s\n",
+          MS(F_BUSY), MS(F_BUSY_PLAIN), busy_ok ? "met" : "missed");
+      printf(
+          "isolation  interactive p99 under load / alone: partitions %.2f [%.2f, %.2f], plain "
+          "streams %.2f [%.2f, %.2f]; goal <= 1.5 with partitions: %s\n",
+          MS(F_ISO), MS(F_ISO_PLAIN), iso_ok ? "met" : "missed");
+      printf(
+          "memory     peak held / global budget %.3f [%.3f, %.3f] (plain %.3f [%.3f, %.3f]); "
+          "largest tenant high-water / sub-budget %.3f [%.3f, %.3f]; OVER_BUDGET retries "
+          "%.0f [%.0f, %.0f] a round\n",
+          MS(F_PEAK), MS(F_PEAK_PLAIN), MS(F_TENANT), MS(F_RETRIES));
+#undef MS
+    }
+  }
+  for (int k = 0; k < NF; k++) free(v[k]);
+  free(fp), free(fq);
+  return rc;
+}

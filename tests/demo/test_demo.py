@@ -1,0 +1,178 @@
+"""test_demo.py: `devrt demo` end to end at a small scale: every query checked against the CPU
+reference, the figures (--json) consistent with the run asked for, memory within the budgets, no
+dependency through the host; the trace well formed (a process per tenant, a track per stream,
+launches with device times, waits, memory events); a corrupted chunk fails the run naming its query,
+tenant and chunk; partitions of plain streams; `devrt bench demo --json`; bad options refused.
+
+    python3 test_demo.py PATH/TO/devrt          host backend
+    python3 test_demo.py PATH/TO/devrt --gpu    cuda backend: exit 77 without a GPU (a failure
+                                                under DEVRT_REQUIRE_GPU=1), a larger scale
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+DEVRT = None
+GPU = False
+
+
+def size_args():
+    """Small on the host (fast under the sanitizers too); a GPU gets 24 chunks a query."""
+    if GPU:
+        return ["--scale", "1", "--seconds", "1", "--alone", "50", "--chunk", "262144"]
+    return ["--scale", "0.01", "--queries", "2", "--alone", "6", "--chunk", "8192"]
+
+
+def run(args, **env):
+    e = dict(os.environ, **env)
+    e["DEVRT_BACKEND"] = "cuda" if GPU else "host"
+    p = subprocess.run([DEVRT, "demo", *args], capture_output=True, text=True, env=e, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Demo(unittest.TestCase):
+    def demo_json(self, extra=(), **env):
+        rc, out, err = run([*size_args(), "--quiet", "--json", *extra], **env)
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as e:
+            self.fail(f"devrt demo --json is not JSON ({e}); exit {rc}\n{out[:2000]}\n{err}")
+        return rc, doc, err
+
+    def check_figures(self, doc, plain):
+        self.assertTrue(doc["ok"], doc["error"])
+        self.assertEqual(doc["error"], "")
+        self.assertEqual(doc["backend"], "cuda" if GPU else "host")
+        self.assertEqual(len(doc["tenants"]), 4)
+        self.assertEqual(doc["mode"], "plain streams" if plain else "partitions")
+        self.assertTrue(all(t["isolated"] != plain for t in doc["tenants"]))
+        t0, batch = doc["tenants"][0], doc["tenants"][1:]
+        self.assertEqual(t0["kind"], "interactive")
+        self.assertEqual(t0["alone"]["n"], 50 if GPU else 6)
+        self.assertGreater(t0["alone"]["p99_us"], 0)
+        self.assertGreaterEqual(t0["alone"]["p99_us"], t0["alone"]["p50_us"])
+        for t in batch:
+            self.assertEqual(t["kind"], "batch")
+            if not GPU:
+                self.assertEqual(t["queries"], 2)  # one Q1 and one join each
+            self.assertGreater(t["rows"], 0)
+            self.assertGreater(t["bytes_scanned"], t["rows"])
+        checks = doc["checks"]
+        self.assertEqual(checks["mismatches"], 0)
+        self.assertEqual(checks["queries"], sum(t["queries"] for t in doc["tenants"]))
+        self.assertGreaterEqual(checks["queries"], (50 if GPU else 6) + 3 * 2)
+        mem = doc["memory"]
+        self.assertLess(mem["global_budget"], mem["sub_budgets_sum"])
+        self.assertLessEqual(mem["peak_held"], mem["global_budget"])
+        self.assertGreater(mem["peak_held"], 0)
+        for t in doc["tenants"]:
+            self.assertLessEqual(t["mem_high"], t["sub_budget"])
+            self.assertGreater(t["mem_high"], 0)
+        q = doc["queue"]
+        self.assertEqual(q["host_hops"], 0)
+        self.assertGreater(q["device_waits"], 0)
+        self.assertEqual(q["failed"], sum(t["over_budget_retries"] for t in doc["tenants"]))
+        self.assertGreater(doc["use_tracking"]["launches"], 0)
+        self.assertGreater(doc["phases"]["busy"], 0)
+        self.assertLessEqual(doc["phases"]["busy"], 1.0)
+
+    def test_run_json_and_trace(self):
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "trace.json")
+            rc, doc, err = self.demo_json(["--trace", trace])
+            self.assertEqual(rc, 0, err)
+            self.check_figures(doc, plain=False)
+            with open(trace) as f:
+                tr = json.load(f)
+        ev = tr["traceEvents"]
+        names = {(e["pid"], e.get("tid"), e["args"]["name"]) for e in ev if e["ph"] == "M"
+                 and e["name"] in ("process_name", "thread_name")}
+        for pid in range(1, 5):
+            procs = {n for p, t, n in names if p == pid and t == 0}
+            self.assertTrue(any(n.startswith(f"tenant {pid - 1} (") for n in procs), procs)
+            for s in ("gen0", "gen1", "scan", "check"):
+                self.assertIn(s, {n for p, _, n in names if p == pid})
+        launches = [e for e in ev if e["ph"] == "X"]
+        stages = {e["name"] for e in launches}
+        for s in ("gen_lineitem", "gen_orders", "q1", "build", "probe", "merge", "zero"):
+            self.assertIn(s, stages)
+        self.assertTrue(all(e["dur"] >= 0 and e["ts"] >= 0 for e in launches))
+        flows = [e for e in ev if e["ph"] in "sf"]
+        self.assertGreater(len(flows), 0)
+        self.assertEqual(sorted(e["id"] for e in flows if e["ph"] == "s"),
+                         sorted(e["id"] for e in flows if e["ph"] == "f"))
+        cats = {e.get("cat") for e in ev}
+        self.assertTrue({"launch", "semaphore", "wait", "memory"} <= cats)
+        self.assertTrue(any(e["ph"] == "C" and e["name"] == "live bytes" for e in ev))
+        self.assertTrue(any(e["ph"] == "C" and e["name"] == "device bytes" for e in ev))
+
+    def test_plain_streams(self):
+        rc, doc, err = self.demo_json(["--plain"])
+        self.assertEqual(rc, 0, err)
+        self.check_figures(doc, plain=True)
+
+    def test_table(self):
+        rc, out, err = run([*size_args(), "--tenants", "3"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("mem high / sub-budget", out)
+        self.assertIn("0 host hops", out)
+        self.assertIn("OK: every check passed", out)
+        self.assertIn("[done", err)  # the progress, plain lines when not on a terminal
+
+    def test_mismatch_fails_naming_it(self):
+        # tenant 2's query 0 is a Q1 over the whole table: flip a bit of its chunk 1's slot
+        rc, doc, err = self.demo_json(DEVRT_DEMO_CORRUPT="2:0:1")
+        self.assertEqual(rc, 1, err)
+        self.assertFalse(doc["ok"])
+        self.assertIn("check failed: tenant 2 (batch), query 0 Q1(", doc["error"])
+        self.assertIn("chunk 1 of ", doc["error"])
+        self.assertIn("sum_price", doc["error"])
+        self.assertGreaterEqual(doc["checks"]["mismatches"], 1)
+
+    def test_bench_json(self):
+        e = dict(os.environ, DEVRT_BACKEND="cuda" if GPU else "host")
+        p = subprocess.run([DEVRT, "bench", "demo", "--rounds", "2", *size_args(), "--json"],
+                           capture_output=True, text=True, env=e, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout)
+        self.assertEqual((doc["suite"], doc["rounds"]), ("demo", 2))
+        figs = doc["figures"]
+        for name in ("scan_gb_per_s", "copy_gb_per_s", "scan_over_copy", "busy", "busy_plain",
+                     "isolation", "isolation_plain", "peak_over_budget", "tenant_high_over_sub"):
+            f = figs[name]
+            self.assertTrue(f["p10"] <= f["median"] <= f["p90"], name)
+            self.assertGreater(f["median"], 0, name)
+        self.assertLessEqual(figs["peak_over_budget"]["p90"], 1.0)
+        self.assertLessEqual(figs["tenant_high_over_sub"]["p90"], 1.0)
+        self.assertTrue(set(doc["goals"]) >= {"scan_met", "busy_met", "isolation_met"})
+
+    def test_bad_options(self):
+        for args in (["--tenants", "1"], ["--tenants", "17"], ["--scale", "x"], ["--scale", "0"],
+                     ["--chunk"], ["--nonsense"]):
+            rc, out, err = run(args)
+            self.assertEqual(rc, 2, f"devrt demo {' '.join(args)}: {err}")
+            self.assertIn("usage" if args[0] != "--tenants" else "--tenants", err)
+
+
+def gpu_present():
+    e = dict(os.environ, DEVRT_BACKEND="cuda")
+    p = subprocess.run([DEVRT, "info", "--json"], capture_output=True, text=True, env=e)
+    try:
+        return p.returncode == 0 and json.loads(p.stdout)["backend"] == "cuda"
+    except (json.JSONDecodeError, KeyError):
+        return False
+
+
+if __name__ == "__main__":
+    DEVRT = os.path.abspath(sys.argv[1])
+    GPU = "--gpu" in sys.argv[2:]
+    if GPU and not gpu_present():
+        if os.environ.get("DEVRT_REQUIRE_GPU") == "1":
+            print("DEVRT_REQUIRE_GPU=1 but devrt info finds no cuda device", file=sys.stderr)
+            sys.exit(1)
+        print("skipped: no GPU")
+        sys.exit(77)
+    unittest.main(argv=[sys.argv[0], "-v"])

@@ -1,0 +1,110 @@
+"""test_replay.py: `devrt replay` on the host backend: the kept PyTorch log (bench/replay/) on
+every stack, with counts that match the log's rows; an RMM-style log (its own time format,
+decimal streams, rows devrt does not write); and malformed logs refused with a message.
+
+    python3 tests/python/test_replay.py build/devrt
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOG = os.path.normpath(os.path.join(HERE, "..", "..", "bench", "replay",
+                                    "torch_varlen_b2_3steps.csv"))
+DEVRT = None
+
+
+def replay(path, *args):
+    e = dict(os.environ, DEVRT_BACKEND="host")
+    p = subprocess.run([DEVRT, "replay", path, *args], capture_output=True, text=True, env=e,
+                       timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Replay(unittest.TestCase):
+    def run_json(self, path, *args):
+        rc, out, err = replay(path, "--json", *args)
+        self.assertEqual(rc, 0, err)
+        return json.loads(out)
+
+    def test_kept_log_every_stack(self):
+        with open(LOG, newline="") as f:
+            rows = list(csv.DictReader(f))
+        allocs = sum(r["Action"] == "allocate" for r in rows)
+        frees = sum(r["Action"] == "free" for r in rows)
+        live, peak = 0, 0
+        for r in rows:
+            live += int(r["Size"]) * (1 if r["Action"] == "allocate" else -1)
+            peak = max(peak, live)
+        d = self.run_json(LOG, "--rounds", "1")
+        self.assertEqual(d["backend"], "host")
+        self.assertEqual((d["allocations"], d["frees"], d["operations"]),
+                         (allocs, frees, allocs + frees))
+        self.assertEqual(d["peak_live_bytes"], peak)
+        self.assertEqual([r["stack"] for r in d["results"]], ["full", "nocache", "async", "simple"])
+        for r in d["results"]:
+            self.assertGreater(r["ops_per_s"]["median"], 0)
+            self.assertGreaterEqual(r["peak_reserved_bytes"], peak, r)  # never below what was live
+            self.assertAlmostEqual(r["reserved_over_live"], r["peak_reserved_bytes"] / peak, 3)
+        full = d["results"][0]
+        self.assertGreater(full["cache_hits"], 0)  # steps after the first reuse the cache
+        one = self.run_json(LOG, "--stack", "simple", "--rounds", "1")
+        self.assertEqual([r["stack"] for r in one["results"]], ["simple"])
+        rc, out, err = replay(LOG, "--rounds", "1", "--stack", "async")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("reserved/live", out)
+
+    def test_rmm_log(self):
+        # RMM's logging_resource_adaptor: Thread,Time,Action,Pointer,Size,Stream; "free" rows, a
+        # free of a pointer allocated before the log began, a failure row, two streams.
+        text = ("Thread,Time,Action,Pointer,Size,Stream\n"
+                "140573,12:00:01:000001,allocate,0x7f0000000000,1024,0\n"
+                "140573,12:00:01:000002,allocate,0x7f0000100000,4096,0x7f8a38001020\n"
+                "140573,12:00:01:000003,free,0x7f0000000000,1024,0\n"
+                "140573,12:00:01:000004,free,0x7e0000000000,512,0\n"
+                "140573,12:00:01:000005,allocate failure,0x0,1099511627776,0\n"
+                "140573,12:00:01:000006,allocate,0x7f0000000000,2048,0\n"
+                "140573,12:00:01:000007,free,0x7f0000100000,4096,0x7f8a38001020\n")
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write(text)
+        try:
+            d = self.run_json(f.name, "--rounds", "2")
+        finally:
+            os.unlink(f.name)
+        self.assertEqual((d["allocations"], d["frees"], d["streams"], d["unfreed"]), (3, 2, 2, 1))
+        self.assertEqual(d["skipped"], {"unknown_frees": 1, "allocate_failures": 1,
+                                        "other_rows": 0})
+        self.assertEqual(d["peak_live_bytes"], 4096 + 2048)
+
+    def test_malformed(self):
+        cases = {
+            "Thread,Time,Action,Pointer,Size\n1,0,allocate,0x10,5\n": "no Stream column",
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0xzz,5,0\n": "does not parse",
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x100,5,0\n"
+            "1,0,allocate,0x100,7,0\n": "allocated again before its free",
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x100\n": "fields",
+            "Thread,Time,Action,Pointer,Size,Stream\n1,0,free,0x100,5,0\n": "no allocation",
+            "": "is empty",
+        }
+        for text, why in cases.items():
+            with self.subTest(why=why), tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
+                f.write(text)
+                f.flush()
+                rc, out, err = replay(f.name)
+                self.assertEqual(rc, 1, out)
+                self.assertIn(why, err)
+        rc, out, err = replay("/nonexistent/log.csv")
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot open", err)
+        rc, out, err = replay(LOG, "--stack", "bogus")
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown stack", err)
+
+
+if __name__ == "__main__":
+    DEVRT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join("build", "devrt")
+    unittest.main()
