@@ -19,15 +19,22 @@ extern "C" {
 #endif
 
 /* `size` bytes usable by work on `stream` queued after the call; NULL with devrt_last_error() set
- * on failure (OVER_BUDGET, OUT_OF_MEMORY, a refused stream, a bad device), which PyTorch raises
- * as torch.OutOfMemoryError. size 0 gives NULL without an error (PyTorch asks for 0 bytes for
- * empty tensors and frees NULL). Thread-safe. */
+ * on failure (OVER_BUDGET, OUT_OF_MEMORY, a refused stream, a bad device). PyTorch 2.11's
+ * pluggable allocator takes NULL as a pointer rather than raising (docs/python.md). size 0 gives
+ * NULL without an error (PyTorch asks for 0 bytes for empty tensors and frees NULL). Thread-safe.
+ */
 void* devrt_torch_alloc(size_t size, int device, void* stream);
 
 /* Stream-ordered free of (ptr, size) from devrt_torch_alloc: the memory is reused once work
  * queued on `stream` before the call is done. ptr NULL does nothing; a failure sets
  * devrt_last_error(). Thread-safe. */
 void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
+
+/* PyTorch's record-stream hook (Tensor.record_stream; devrt.torch.use sets it): `stream` also
+ * uses ptr. The free of ptr then makes its own stream wait for the work queued on `stream` up to
+ * the free, so the memory is reused only after that work too (the free's stream waits: a later
+ * allocation on it is ordered after the reader). A failure sets devrt_last_error(). Thread-safe. */
+void devrt_torch_record_stream(void* ptr, void* stream);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,11 @@ PyTorch is imported only by use(); memory_stats() reads devrt alone. Allocations
 through devrt carry the tag "torch" (include/devrt/torch.h). torch.cuda.empty_cache() gives
 devrt's unused memory back (devrt.release() on the current device).
 
-Two limits of PyTorch 2.11's pluggable-allocator interface (docs/python.md says more):
-- a refused allocation cannot raise torch.OutOfMemoryError: PyTorch takes the NULL that
-  devrt_torch_alloc returns as the tensor's data pointer without a check, and the first kernel
-  that touches it faults the CUDA context. Keep devrt's budget above what the program needs.
-- Tensor.record_stream(s) reaches devrt only where libdevrt exports devrt_torch_record_stream
-  (record_stream_supported()); without it, a tensor freed while another stream still reads it
-  may be handed out again at once on its own stream: order the reader first
-  (torch.cuda.current_stream().wait_stream(s)) before dropping the tensor.
+PyTorch 2.11's pluggable-allocator interface cannot raise torch.OutOfMemoryError for a refused
+allocation: it takes the NULL that devrt_torch_alloc returns as the tensor's data pointer without
+a check, and the first kernel that touches it faults the CUDA context. Keep devrt's budget above
+what the program needs (docs/python.md). Tensor.record_stream(s) reaches devrt through
+devrt_torch_record_stream: the tensor's free makes its own stream wait for s's work first.
 """
 import ctypes
 

@@ -2,7 +2,8 @@
  * handle) is imported once into the ordinal's process-wide runtime and its id kept in a
  * per-ordinal open-addressing table read without a lock; a miss, or an id made stale by someone
  * forgetting the import, imports again under the table's mutex. Entries are never removed: the
- * imports are held for the life of the process, so the keys are at most the slots there are. */
+ * imports are held for the life of the process, so the keys are at most the slots there are.
+ * Tensor.record_stream's streams are kept per pointer until its free, which waits for them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "devrt/torch.h"
@@ -86,6 +87,72 @@ static void refail(devrt_status s, const char* call, size_t size, int device, vo
   dv_fail(s, "%s(%zu bytes, device %d, stream %p): %s", call, size, device, stream, msg);
 }
 
+/* ---- record_stream: other streams that use an allocation, waited for by its free ---- */
+
+typedef struct rec {
+  void* ptr;    /* the allocation */
+  void* stream; /* a stream that used it, as PyTorch names it */
+  struct rec* next;
+} rec;
+
+enum { NREC = 256 };
+static pthread_mutex_t recs_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver call */
+static rec* recs[NREC];                                     /* chains by pointer (recs_mu) */
+static _Atomic unsigned nrecs; /* entries: a free looks in the table only when some exist */
+
+static unsigned rec_hash(void* p) { return hash((uintptr_t)p) % NREC; }
+
+void devrt_torch_record_stream(void* ptr, void* stream) {
+  dv_error_clear();
+  rec* r = malloc(sizeof *r);
+  if (!ptr || !r) {
+    free(r);
+    if (ptr) dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_torch_record_stream: out of host memory");
+    return;
+  }
+  *r = (rec){ptr, stream, NULL};
+  pthread_mutex_lock(&recs_mu);
+  rec** head = &recs[rec_hash(ptr)];
+  rec* e = *head;
+  while (e && (e->ptr != ptr || e->stream != stream)) e = e->next;
+  if (!e) r->next = *head, *head = r, atomic_fetch_add(&nrecs, 1);
+  pthread_mutex_unlock(&recs_mu);
+  if (e) free(r); /* recorded already */
+}
+
+/* Makes `id` (the free's stream) wait for the work queued so far on every stream recorded for
+ * ptr, and forgets them: the stream-ordered free after it then completes after their work too. */
+static devrt_status wait_recorded(devrt_runtime* rt, int device, void* ptr, devrt_stream id) {
+  if (DV_LIKELY(!atomic_load_explicit(&nrecs, memory_order_relaxed))) return DEVRT_OK;
+  rec* mine = NULL;
+  pthread_mutex_lock(&recs_mu);
+  for (rec** e = &recs[rec_hash(ptr)]; *e;) {
+    rec* r = *e;
+    if (r->ptr != ptr) {
+      e = &r->next;
+      continue;
+    }
+    *e = r->next, r->next = mine, mine = r;
+    atomic_fetch_sub(&nrecs, 1);
+  }
+  pthread_mutex_unlock(&recs_mu);
+  devrt_status st = DEVRT_OK;
+  dv_stream *to = NULL, *from = NULL;
+  if (mine) st = dv_stream_get(rt, id, &to, "devrt_torch_free");
+  for (rec* r; (r = mine) != NULL; free(r)) {
+    mine = r->next;
+    devrt_stream other = 0;
+    dv_pev* ev = NULL;
+    if (st != DEVRT_OK || (st = torch_stream(rt, device, r->stream, &other)) != DEVRT_OK ||
+        other == id || (st = dv_stream_get(rt, other, &from, "devrt_torch_free")) != DEVRT_OK)
+      continue;
+    st = dv_pev_record(rt, DV_SID_SLOT(other), from, &ev);
+    if (st == DEVRT_OK) st = dv_pev_wait(rt, to, ev, NULL);
+    if (ev) dv_pev_unref(rt, ev);
+  }
+  return st;
+}
+
 void* devrt_torch_alloc(size_t size, int device, void* stream) {
   dv_error_clear();
   if (size == 0) return NULL;
@@ -112,6 +179,7 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
   devrt_stream id = 0;
   devrt_status s = devrt_runtime_get(device, &rt);
   if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
+  if (s == DEVRT_OK) s = wait_recorded(rt, device, ptr, id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
   if (s == DEVRT_OK) s = devrt_resource_deallocate(r, ptr, size, id);
   if (s != DEVRT_OK) refail(s, "devrt_torch_free", size, device, stream);

@@ -8,6 +8,7 @@
  * message over the budget, re-importing after a stray forget; threads importing and forgetting
  * the same and different handles while allocating on them. */
 #include <pthread.h>
+#include <unistd.h>
 #include "devrt/torch.h"
 #include "launch_util.h"
 
@@ -290,6 +291,49 @@ static void test_torch(void) {
   CHECK_OK(devrt_stream_forget(prt, id2));
 }
 
+/* Tensor.record_stream: the free, on the allocation's stream, waits for the recorded reader's
+ * work queued before it; later work on that stream (which may reuse the memory) comes after. */
+static _Atomic int gate, ran;
+static void wait_gate(void* u) {
+  (void)u;
+  while (!atomic_load(&gate)) usleep(100);
+}
+static void mark_ran(void* u) {
+  (void)u;
+  atomic_store(&ran, 1);
+}
+
+static void test_record_stream(void) {
+  dv_stream* reader = foreign_on(prt);
+  void* p = devrt_torch_alloc(4096, 0, nat(tstream));
+  REQUIRE_OK(p ? DEVRT_OK : DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  REQUIRE_OK(prt->be->host_func(reader, wait_gate, NULL)); /* the reader's work, held */
+  devrt_torch_record_stream(p, nat(reader));
+  devrt_torch_record_stream(p, nat(reader));  /* twice: one wait */
+  devrt_torch_record_stream(p, nat(tstream)); /* its own stream: nothing to wait for */
+  CHECK(devrt_last_error()[0] == 0);
+  devrt_torch_free(p, 4096, 0, nat(tstream));
+  CHECK(devrt_last_error()[0] == 0);
+  REQUIRE_OK(prt->be->host_func(tstream, mark_ran, NULL)); /* after the free, on its stream */
+  usleep(20000);
+  CHECK(!atomic_load(&ran)); /* held behind the reader */
+  atomic_store(&gate, 1);
+  CHECK_OK(prt->be->stream_sync(tstream));
+  CHECK(atomic_load(&ran));
+  /* Forgotten at the free: the next allocation's free waits for nothing. */
+  atomic_store(&gate, 0), atomic_store(&ran, 0);
+  REQUIRE_OK(prt->be->host_func(reader, wait_gate, NULL));
+  p = devrt_torch_alloc(4096, 0, nat(tstream));
+  devrt_torch_free(p, 4096, 0, nat(tstream));
+  REQUIRE_OK(prt->be->host_func(tstream, mark_ran, NULL));
+  CHECK_OK(prt->be->stream_sync(tstream));
+  CHECK(atomic_load(&ran));
+  atomic_store(&gate, 1);
+  CHECK_OK(prt->be->stream_sync(reader));
+  devrt_torch_record_stream(NULL, nat(reader)); /* nothing to record */
+  CHECK(devrt_last_error()[0] == 0);
+}
+
 /* ---- threads ---- */
 
 static dv_stream* shared[2];
@@ -364,6 +408,7 @@ int main(void) {
   REQUIRE_OK(strcmp(prt->be->name, rt->be->name) ? DEVRT_ERR_INVALID_STATE : DEVRT_OK);
   tstream = foreign_on(prt);
   test_torch();
+  test_record_stream();
   test_threads();
 
   REQUIRE_OK(devrt_module_unload(rt, K.mod));
