@@ -255,13 +255,16 @@ static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
 }
 
 /* Retires the slot's completed batches in order (caller holds sl->mu); stops at the first one
- * still running (later ones on the same stream cannot have completed before it). */
-static devrt_status retire(async_res* a, aslot* sl, uint64_t* reaped) {
+ * still running (later ones on the same stream cannot have completed before it). A batch that
+ * ends at or below `synced` (covered when a synchronize of the slot's stream began, 0: none) is
+ * complete without a query: on CUDA, under load from other threads, an event recorded before a
+ * cuStreamSynchronize that returned can still query NOT_READY for a while. */
+static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* reaped) {
   dv_mem_account* acc = a->base.account;
   while (sl->n) {
     batch* b = &sl->q[sl->head];
-    bool done = false;
-    DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
+    bool done = atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes <= synced;
+    if (!done) DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
@@ -290,7 +293,8 @@ static void relist(async_res* a, unsigned i) {
 
 /* Batches slot i's new frees and retires what completed. With DEVRT_REAP_WAIT the wait is a
  * stream_sync outside the slot mutex (so frees on that stream from other threads never block
- * behind it): it covers every batch closed before it, which the retire pass then finds complete. */
+ * behind it): it covers every batch closed before it, which the retire pass then retires without
+ * asking their events (which may not say so yet: retire). */
 static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t* reaped) {
   aslot* sl = &a->slots[i];
   uint64_t upto = freed_sum(a, i);
@@ -302,12 +306,14 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
    * read */
   devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
   dv_stream* s = flags & DEVRT_REAP_WAIT && sl->n ? a->base.rt->slots[i].s : NULL;
+  uint64_t synced = 0; /* every batch closed so far ends at or below covered */
   if (st == DEVRT_OK && s) {
+    synced = sl->covered;
     pthread_mutex_unlock(&sl->mu);
     st = a->base.rt->be->stream_sync(s);
     pthread_mutex_lock(&sl->mu);
   }
-  if (st == DEVRT_OK) st = retire(a, sl, reaped);
+  if (st == DEVRT_OK) st = retire(a, sl, synced, reaped);
   relist(a, i);
   pthread_mutex_unlock(&sl->mu);
   return st;
