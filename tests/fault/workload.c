@@ -513,14 +513,15 @@ static void step_stack(run* r) {
 }
 
 /* A partition layout: a partition's stream and sub-budget (a launch in it, a refusal over the
- * sub-budget); activated when no other thread uses the runtime. */
+ * sub-budget); activated when no other thread uses the runtime. Made and destroyed by each run,
+ * or (keep_layout) made by the first and kept. */
 static void step_layout(run* r) {
   devrt_runtime* rt = r->rt;
   devrt_layout_spec spec = {.groups = 2, .min_sms = r->min_sms, .streams = 2};
-  devrt_layout* l = NULL;
+  devrt_layout* l = r->w->kept;
   devrt_partition* p = NULL;
   devrt_stream s = 0;
-  if (!OK(devrt_layout_create(rt, &spec, &l))) return;
+  if (!l && !OK(devrt_layout_create(rt, &spec, &l))) return;
   if (OK(devrt_layout_partition(rt, l, 0, &p)) &&
       OK(devrt_partition_set_budget(rt, p, 256 * KiB)) &&
       OK(devrt_partition_stream_acquire(rt, p, DEVRT_ACQUIRE_FAIL, &s))) {
@@ -542,7 +543,10 @@ static void step_layout(run* r) {
     }
     RETRY(devrt_layout_activate(rt, NULL));
   }
-  RETRY(devrt_layout_destroy(rt, l));
+  if (r->w->keep_layout)
+    r->w->kept = l;
+  else
+    RETRY(devrt_layout_destroy(rt, l));
 }
 
 /* Peer access between the run's two runtimes (the sweep only: disabling it is not thread-safe
@@ -639,6 +643,12 @@ void wl_run(wl* w) {
   for (int i = 0; i < 2; i++)
     if (r->s[i]) RETRY(devrt_stream_release(r->rt, r->s[i]));
   if (r->mod) RETRY(devrt_module_unload(r->rt, r->mod));
+}
+
+void wl_finish(wl* w) {
+  run x = {.w = w, .rt = w->rt}, *r = &x;
+  if (w->kept) RETRY(devrt_layout_destroy(w->rt, w->kept));
+  w->kept = NULL;
 }
 
 void wl_drained(wl* w, devrt_runtime* rt) {

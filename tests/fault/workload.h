@@ -15,6 +15,9 @@ typedef struct wl {
   devrt_runtime* other; /* one of the same backend whose stream is imported (NULL: none) */
   uint32_t seed;        /* varies the values written */
   bool layout;          /* build and use a partition layout */
+  bool keep_layout;     /* the first run's layout is kept for the next runs (wl_finish destroys
+                           it): the driver leaks a green context's host memory (reliability.md) */
+  devrt_layout* kept;   /* the kept layout, NULL: none yet */
   bool exclusive;       /* no other thread uses rt: the layout is activated too */
   /* The sweep: a failure whose message carries "<fault_op>: injected fault" is what the fault
    * caused; the run goes on without what the failed call would have made. NULL: none is. */
@@ -30,6 +33,9 @@ typedef struct wl {
 /* One run: everything it creates is released (or freed) before it returns. Thread-safe for
  * distinct wl on one runtime. */
 void wl_run(wl* w);
+
+/* Destroys the layout kept by keep_layout (errors counted in w). */
+void wl_finish(wl* w);
 
 /* After every run on rt is over: waits for the pending frees, trims the caches, and checks that
  * live, pending and cached bytes, live blocks and leased streams are 0 (errors counted in w). */
