@@ -19,6 +19,9 @@ extern const unsigned char eg_fatbin[]; /* fatbin.S: kernels.cu built by nvcc */
 enum { SCAN = 2, CHECK = 3 };                /* stream indices; 0 and 1 generate */
 enum { MEM_ALLOC = 0, MEM_FREE, MEM_RETRY }; /* eg_mem_rec kinds */
 static const uint64_t OVER_BUDGET_GIVE_UP_NS = 60ull * 1000000000u;
+/* A batch allocation waits this long at most for room beside the interactive tenant's reserve,
+ * then asks the budget anyway (so odd sizes, where the reserve leaves too little, cannot stall). */
+static const uint64_t RESERVE_WAIT_NS = 10000000u;
 
 const char* const eg_stage_names[EG_NSTAGES] = {"gen_lineitem", "gen_orders", "q1",  "build",
                                                 "probe",        "merge",      "zero"};
@@ -187,6 +190,9 @@ static void budgets(eg_engine* e) {
   }
   uint64_t tight = e->sum_sub / 10 * 7, least = floor / 10 * 11;
   e->global_budget = tight > least ? tight : least;
+  /* What the batch tenants leave free: the interactive tenant's sub-budget, and one batch chunk
+   * for another batch tenant that checked at the same moment. */
+  e->reserve = e->t[0].sub_budget + charge(EG_LI_BYTES * e->chunk_rows);
 }
 
 static int build_stack(eg_engine* e) {
@@ -315,7 +321,7 @@ static int make_room(eg_tenant* t) {
   if (st == DEVRT_OK && retired < t->admitted)
     st = devrt_semaphore_wait(t->credit, retired + 1, 50000000u);
   else if (st == DEVRT_OK)
-    sleep_ns(200000);
+    sleep_ns(t->interactive ? 20000 : 200000); /* the interactive tenant's latency counts */
   if (st != DEVRT_OK && st != DEVRT_ERR_TIMEOUT)
     return eg_fail(t->e, "tenant %d: waiting for a credit: %s: %s", t->id, devrt_status_name(st),
                    devrt_last_error());
@@ -323,14 +329,29 @@ static int make_room(eg_tenant* t) {
   return 0;
 }
 
+/* Whether a batch tenant may allocate `bytes` now: only while the device budget keeps the
+ * interactive tenant's reserve free beside it (cached bytes count as free: the budget trims them
+ * under pressure). The device budget itself still refuses what does not fit. */
+static bool leaves_reserve(eg_tenant* t, uint64_t bytes) {
+  devrt_resource_figures fg;
+  if (t->interactive || devrt_resource_query(t->e->budget, &fg) != DEVRT_OK) return true;
+  return fg.available_bytes + fg.cached_bytes >= charge(bytes) + t->e->reserve;
+}
+
 /* A queued allocation on stream si. It has no waits, so devrt issues it inside the submit, on this
  * thread (queue.h): its signal is then scheduled, or failed with the allocation's status. An
  * OVER_BUDGET is counted and retried once there is room; the failed semaphore is replaced (a
- * failed timeline stays failed). */
+ * failed timeline stays failed). A batch tenant first waits for room that leaves the interactive
+ * tenant's share free (leaves_reserve), counted apart. */
 static int t_alloc(eg_tenant* t, int si, uint64_t bytes, devrt_block* out) {
   eg_engine* e = t->e;
   uint64_t start = eg_now_ns();
   for (;;) {
+    if (eg_now_ns() - start < RESERVE_WAIT_NS && !leaves_reserve(t, bytes)) {
+      t->held_back++;
+      if (make_room(t)) return 1;
+      continue;
+    }
     devrt_semaphore_value sig = {t->asem, t->aval + 1};
     devrt_submission sub = {.stream = t->s[si],
                             .signals = &sig,
@@ -504,15 +525,22 @@ static int read_block(eg_tenant* t, devrt_block b, void* dst, size_t bytes) {
   return 0;
 }
 
-/* A query's end: wait for its merge, copy its slots out, check them, free them. */
+static int query_done(eg_tenant* t, const eg_pending* p) {
+  devrt_status st = devrt_semaphore_wait(t->qsem, p->qval, DEVRT_TIMEOUT_INFINITE);
+  return st == DEVRT_OK ? 0
+                        : eg_fail(t->e, "tenant %d: query %u %s: %s: %s", t->id, p->query,
+                                  p->v->name, devrt_status_name(st), devrt_last_error());
+}
+
+/* A query's end: wait for its merge, copy its slots out, check them, free them. The interactive
+ * tenant copies at once, without waiting for the merge on the host first: the copy waits for it on
+ * the device (use tracking), so its query's end costs one host wait instead of two. */
 static int collect(eg_tenant* t, const eg_pending* p) {
   eg_engine* e = t->e;
-  devrt_status st = devrt_semaphore_wait(t->qsem, p->qval, DEVRT_TIMEOUT_INFINITE);
-  int rc = st == DEVRT_OK ? 0
-                          : eg_fail(e, "tenant %d: query %u %s: %s: %s", t->id, p->query,
-                                    p->v->name, devrt_status_name(st), devrt_last_error());
+  int rc = t->interactive ? 0 : query_done(t, p);
   size_t bytes = ((size_t)p->v->nchunks + 1) * EG_AGG_WORDS * 8;
   if (!rc) rc = read_block(t, p->parts, t->host_parts, bytes);
+  if (!rc && t->interactive) rc = query_done(t, p); /* reached by now: its failure, if any */
   uint64_t done = eg_now_ns();
   if (e->corrupt[0] == t->id && e->corrupt[1] == (int)p->query && e->corrupt[2] >= 0 &&
       (unsigned)e->corrupt[2] < p->v->nchunks)
@@ -886,7 +914,7 @@ static void figures(eg_engine* e) {
     x->rows_per_s = x->seconds > 0 ? (double)x->rows / x->seconds : 0;
     x->gb_per_s = x->seconds > 0 ? (double)x->bytes / x->seconds / 1e9 : 0;
     x->alone = eg_lat_of(t->lat_alone, t->nalone), x->load = eg_lat_of(t->lat_load, t->nload);
-    x->sub_budget = t->sub_budget, x->retries = t->retries;
+    x->sub_budget = t->sub_budget, x->retries = t->retries, x->held_back = t->held_back;
     devrt_memory_stats ms;
     if (devrt_statistics_get(e->stats, t->tag, &ms) == DEVRT_OK)
       x->mem_high = (uint64_t)ms.bytes.peak;
@@ -922,7 +950,9 @@ static void check_runtime(eg_engine* e) {
 static void sizes(eg_engine* e) {
   eg_options* o = &e->o;
   if (o->scale <= 0) o->scale = e->cuda ? 10 : 0.25;
-  if (!o->chunk_rows) o->chunk_rows = e->cuda ? 1u << 21 : 1u << 15;
+  /* A GPU chunk long enough that a scan's fixed cost (launch, ramp, the blocks' last adds: ~8 us on
+   * an H200) is small beside its reading time. */
+  if (!o->chunk_rows) o->chunk_rows = e->cuda ? 1u << 23 : 1u << 15;
   if (!o->queries && o->seconds <= 0) {
     if (e->cuda)
       o->seconds = 3;
@@ -933,7 +963,8 @@ static void sizes(eg_engine* e) {
   e->li_rows = (uint64_t)(o->scale * 6e6) / 4 * 4;
   if (e->li_rows < 1024) e->li_rows = 1024;
   e->chunk_rows = round_up(o->chunk_rows < e->li_rows ? o->chunk_rows : e->li_rows, 256);
-  e->ichunk_rows = round_up(e->chunk_rows / 4, 256);
+  /* The interactive tenant's chunks: a quarter of the batch chunk, at most 512 K rows. */
+  e->ichunk_rows = round_up(e->chunk_rows / 4 < (1u << 19) ? e->chunk_rows / 4 : 1u << 19, 256);
   e->ord_rows = e->li_rows / EG_LINES_PER_ORDER;
 }
 

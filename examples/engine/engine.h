@@ -48,6 +48,7 @@ typedef struct eg_tenant_figures {
   double seconds, rows_per_s, gb_per_s;
   eg_lat alone, load; /* the interactive tenant's query latency */
   uint64_t mem_high, sub_budget, retries;
+  uint64_t held_back; /* batch: allocations put off to leave the interactive tenant's share */
 } eg_tenant_figures;
 
 typedef struct eg_figures {
@@ -147,7 +148,7 @@ typedef struct eg_tenant {
   const char* tag; /* a literal: tags outlive the runtime */
   devrt_partition* part;
   devrt_partition_info pinfo;
-  unsigned grid; /* blocks a launch gets: the partition's SMs x 8 (host: its workers) */
+  unsigned grid; /* blocks a launch gets: the partition's SMs x 4 (host: its workers) */
   uint64_t sub_budget;
   devrt_stream s[EG_STREAMS];
   /* The tenant thread's own (no other thread touches them while it runs): */
@@ -164,7 +165,7 @@ typedef struct eg_tenant {
   eg_mem_rec* mrecs;
   size_t nmrecs, capmrecs;
   uint32_t last_gen[2]; /* the record of each generate stream's last launch */
-  uint64_t retries, t_first, t_last;
+  uint64_t retries, held_back, t_first, t_last;
   double *lat_alone, *lat_load; /* microseconds */
   size_t nalone, nload, cap_alone, cap_load;
   uint32_t next_query; /* the interactive tenant's: its threads run one after the other */
@@ -197,6 +198,7 @@ typedef struct eg_engine {
   int nvar, nq1, njoin, ninter; /* variants: nq1 Q1s, njoin joins (batch), ninter interactive */
   uint64_t li_rows, ord_rows, chunk_rows, ichunk_rows;
   uint64_t global_budget, sum_sub;
+  uint64_t reserve; /* what batch tenants leave free in the device budget for the interactive one */
   uint64_t t0, t_alone0, t_alone1, t_load0, t_load1; /* host ns */
   int64_t clock_offset; /* device ns - host ns (cuda's %globaltimer vs CLOCK_MONOTONIC) */
   _Atomic int phase;    /* 0 alone, 1 load, 2 done */

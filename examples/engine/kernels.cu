@@ -86,51 +86,94 @@ extern "C" __global__ void eg_gen_orders(uint8_t* chunk, uint64_t cap, uint64_t 
   stamp_end(stamp);
 }
 
-// ---- Q1: filter and aggregate, four rows a thread, the six groups kept in registers ----
+// ---- Q1: filter and aggregate. Each thread keeps its own sums of the six groups in shared memory
+// and adds a passing row to its group's four sums only: a few instructions a row, where sums kept
+// in registers need a pass over every group (registers cannot be indexed by the row's group). The
+// block then adds up its threads' sums, one warp per sum, and adds them to the slot. ----
 
-struct q1_acc {
-  uint32_t cnt[EG_GROUPS], qty[EG_GROUPS];
-  u64 price[EG_GROUPS], dp[EG_GROUPS];
+#define Q1_THREADS 256 /* eg_q1's block size: the engine launches every kernel with 256 threads */
+
+/* [group][thread]: the 32 threads of a warp use 32 consecutive words, so no bank conflicts. */
+struct q1_sums {
+  uint32_t cnt[EG_GROUPS][Q1_THREADS], qty[EG_GROUPS][Q1_THREADS];
+  u64 price[EG_GROUPS][Q1_THREADS], dp[EG_GROUPS][Q1_THREADS];
 };
 
-static __device__ __forceinline__ void q1_row(q1_acc& a, uint32_t price, uint32_t ship,
+/* Four consecutive rows' columns, loaded as vectors (quad q: rows 4q .. 4q + 3). */
+struct q1_quad {
+  uint4 price;
+  uint2 ship;
+  uint32_t qty, disc, group;
+};
+
+static __device__ __forceinline__ q1_quad q1_load(const eg_li_cols& c, uint64_t q) {
+  q1_quad r = {__ldg((const uint4*)c.price + q), __ldg((const uint2*)c.ship + q),
+               __ldg((const uint32_t*)c.qty + q), __ldg((const uint32_t*)c.disc + q),
+               __ldg((const uint32_t*)c.group + q)};
+  return r;
+}
+
+static __device__ __forceinline__ void q1_row(q1_sums& s, uint32_t price, uint32_t ship,
                                               uint32_t qty, uint32_t disc, uint32_t group,
                                               uint32_t cutoff) {
-  bool pass = ship <= cutoff;
-  u64 dp = (u64)price * (100u - disc);
+  if (ship > cutoff || group >= EG_GROUPS) return;
+  unsigned t = threadIdx.x;
+  s.cnt[group][t] += 1, s.qty[group][t] += qty;
+  s.price[group][t] += price, s.dp[group][t] += (u64)price * (100u - disc);
+}
+
+static __device__ __forceinline__ void q1_rows(q1_sums& s, const q1_quad& r, uint32_t cutoff) {
 #pragma unroll
-  for (int g = 0; g < EG_GROUPS; g++) {
-    bool m = pass && group == (uint32_t)g;
-    a.cnt[g] += m, a.qty[g] += m ? qty : 0;
-    a.price[g] += m ? price : 0, a.dp[g] += m ? dp : 0;
+  for (int k = 0; k < 4; k++) {
+    uint32_t price = k == 0 ? r.price.x : k == 1 ? r.price.y : k == 2 ? r.price.z : r.price.w;
+    uint32_t ship = (k < 2 ? r.ship.x : r.ship.y) >> (16 * (k % 2)) & 0xffff;
+    q1_row(s, price, ship, r.qty >> 8 * k & 0xff, r.disc >> 8 * k & 0xff, r.group >> 8 * k & 0xff,
+           cutoff);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
+/* Sum w of the block (w = 4 * group + field, the slot's order) over its threads. */
+static __device__ __forceinline__ u64 q1_sum(const q1_sums& s, int w, int i) {
+  int g = w / 4;
+  switch (w % 4) {
+    case 0:
+      return s.cnt[g][i];
+    case 1:
+      return s.qty[g][i];
+    case 2:
+      return s.price[g][i];
+    default:
+      return s.dp[g][i];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(Q1_THREADS, 4)
     eg_q1(const uint8_t* chunk, uint64_t cap, uint64_t rows, uint32_t cutoff, u64* part,
           u64* stamp) {
-  __shared__ u64 sh[EG_AGG_WORDS];
+  __shared__ q1_sums s;
   stamp_start(stamp);
   eg_li_cols c = eg_li_layout((void*)chunk, cap);
-  q1_acc a = {};
+  unsigned t = threadIdx.x;
+  for (int g = 0; g < EG_GROUPS; g++) /* only this thread's column: no barrier needed */
+    s.cnt[g][t] = 0, s.qty[g][t] = 0, s.price[g][t] = 0, s.dp[g][t] = 0;
+  /* Two quads an iteration, both loaded before either is added: more loads in flight. */
   uint64_t quads = rows / 4;
-  for (uint64_t q = TID; q < quads; q += STRIDE) {
-    uint4 p = ((const uint4*)c.price)[q];
-    uint2 s = ((const uint2*)c.ship)[q];
-    uint32_t qt = ((const uint32_t*)c.qty)[q], d = ((const uint32_t*)c.disc)[q],
-             g = ((const uint32_t*)c.group)[q];
-    q1_row(a, p.x, s.x & 0xffff, qt & 0xff, d & 0xff, g & 0xff, cutoff);
-    q1_row(a, p.y, s.x >> 16, qt >> 8 & 0xff, d >> 8 & 0xff, g >> 8 & 0xff, cutoff);
-    q1_row(a, p.z, s.y & 0xffff, qt >> 16 & 0xff, d >> 16 & 0xff, g >> 16 & 0xff, cutoff);
-    q1_row(a, p.w, s.y >> 16, qt >> 24, d >> 24, g >> 24, cutoff);
+  for (uint64_t q = TID; q < quads; q += 2 * STRIDE) {
+    bool second = q + STRIDE < quads;
+    q1_quad a = q1_load(c, q), b = second ? q1_load(c, q + STRIDE) : q1_quad{};
+    q1_rows(s, a, cutoff);
+    if (second) q1_rows(s, b, cutoff);
   }
   for (uint64_t i = quads * 4 + TID; i < rows; i += STRIDE)
-    q1_row(a, c.price[i], c.ship[i], c.qty[i], c.disc[i], c.group[i], cutoff);
-  u64 v[EG_AGG_WORDS];
-#pragma unroll
-  for (int g = 0; g < EG_GROUPS; g++)
-    v[4 * g] = a.cnt[g], v[4 * g + 1] = a.qty[g], v[4 * g + 2] = a.price[g], v[4 * g + 3] = a.dp[g];
-  block_add(v, EG_AGG_WORDS, sh, part);
+    q1_row(s, c.price[i], c.ship[i], c.qty[i], c.disc[i], c.group[i], cutoff);
+  __syncthreads();
+  int lane = t % 32;
+  for (int w = t / 32; w < EG_AGG_WORDS; w += Q1_THREADS / 32) {
+    u64 v = 0;
+    for (int i = lane; i < Q1_THREADS; i += 32) v += q1_sum(s, w, i);
+    v = warp_sum(v);
+    if (lane == 0 && v) atomicAdd(&part[w], v);
+  }
   stamp_end(stamp);
 }
 

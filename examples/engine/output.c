@@ -108,12 +108,13 @@ void eg_print_table(const eg_figures* f, FILE* out) {
           "use tracking (the runtime's): %" PRIu64 " waits inserted, %" PRIu64
           " skipped on the same stream, %" PRIu64 " coalesced\n",
           f->blocks.waits_inserted, f->blocks.waits_skipped_same_stream, f->blocks.waits_coalesced);
-  uint64_t retries = 0;
-  for (int i = 0; i < f->tenants; i++) retries += f->t[i].retries;
+  uint64_t retries = 0, held = 0;
+  for (int i = 0; i < f->tenants; i++) retries += f->t[i].retries, held += f->t[i].held_back;
   fprintf(out,
           "queue: %" PRIu64 " submissions, %" PRIu64 " device waits, %" PRIu64
-          " host hops, %" PRIu64 " OVER_BUDGET allocations retried\n",
-          f->queue.submitted, f->queue.device_waits, f->queue.host_hops, retries);
+          " host hops, %" PRIu64 " OVER_BUDGET allocations retried, %" PRIu64
+          " batch allocations put off to leave the interactive tenant's share\n",
+          f->queue.submitted, f->queue.device_waits, f->queue.host_hops, retries, held);
   fprintf(out,
           "phases: interactive alone %.2f s, under load %.2f s; busy %.1f%% of the batch "
           "phase (device stamps)",
@@ -160,8 +161,8 @@ void eg_print_json(const eg_figures* f, FILE* out) {
     lat_json(out, "load", &t->load);
     fprintf(out,
             ",\"mem_high\":%" PRIu64 ",\"sub_budget\":%" PRIu64 ",\"over_budget_retries\":%" PRIu64
-            "}",
-            t->mem_high, t->sub_budget, t->retries);
+            ",\"held_back\":%" PRIu64 "}",
+            t->mem_high, t->sub_budget, t->retries, t->held_back);
   }
   fprintf(out, "],");
   fprintf(out,
