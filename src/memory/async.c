@@ -163,8 +163,8 @@ typedef struct batch {
  * an add that came before the take shows there, one after it stays. So every free is seen by a
  * reap that comes after it: through cur, through `pending`, or by the reap that took it out. */
 typedef struct aslot {
-  _Alignas(DV_LINE) pthread_mutex_t mu;
-  uint64_t covered;         /* freed bytes batched so far (under mu) */
+  _Alignas(DV_LINE) pthread_mutex_t mu; /* held across a waiting reap's stream_sync */
+  uint64_t covered;                     /* freed bytes batched so far (under mu) */
   _Atomic uint64_t retired; /* freed bytes retired so far (written under mu, a release after the
                                account moved): the column's sum when nothing there is pending */
   batch* q;
@@ -292,8 +292,10 @@ static void relist(async_res* a, unsigned i) {
 }
 
 /* Batches slot i's new frees and retires what completed. With DEVRT_REAP_WAIT the wait is a
- * stream_sync outside the slot mutex (so frees on that stream from other threads never block
- * behind it): it covers every batch closed before it, which the retire pass then retires without
+ * stream_sync under the slot mutex, a mutex held across that driver call on purpose: the slot's
+ * stream_retired entry takes it before the stream is destroyed, so the stream outlives the wait
+ * (frees take no lock and never wait behind it; other reaps of the slot would wait for the same
+ * work). It covers every batch closed before it, which the retire pass then retires without
  * asking their events (which may not say so yet: retire). */
 static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t* reaped) {
   aslot* sl = &a->slots[i];
@@ -309,9 +311,7 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
   uint64_t synced = 0; /* every batch closed so far ends at or below covered */
   if (st == DEVRT_OK && s) {
     synced = sl->covered;
-    pthread_mutex_unlock(&sl->mu);
     st = a->base.rt->be->stream_sync(s);
-    pthread_mutex_lock(&sl->mu);
   }
   if (st == DEVRT_OK) st = retire(a, sl, synced, reaped);
   relist(a, i);

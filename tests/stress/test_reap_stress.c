@@ -6,7 +6,11 @@
  * and every freed byte was reaped.
  * Events: threads write a block on one stream and read it on another (recording the writer's
  * mark) while another polls; once every stream's work is complete, one poll leaves every slot's
- * recorded newest mark known complete and the poll set empty. DEVRT_STRESS_ITERS: rounds. */
+ * recorded newest mark known complete and the poll set empty.
+ * Retire: a thread frees on a layout's partition streams (behind a slow host function) and
+ * destroys the layout while two threads reap with DEVRT_REAP_WAIT: a reap's synchronize never
+ * touches a stream the destroy has freed (ASan sees it). DEVRT_STRESS_ITERS: rounds. */
+#include <unistd.h>
 #include <pthread.h>
 #include "launch_util.h"
 #include "memory/account.h"
@@ -134,6 +138,43 @@ static void events_round(void) {
          known);
 }
 
+static void slow(void* u) {
+  (void)u;
+  usleep(200);
+}
+
+static void* layouts(void* arg) {
+  devrt_device_info di;
+  (void)arg;
+  if (devrt_device_info_get(rt, &di)) err("device info");
+  devrt_layout_spec spec = {.groups = 2, .min_sms = di.min_partition_sms, .streams = 2};
+  for (int i = 0; i < iters / 10 + 5; i++) {
+    devrt_layout* l = NULL;
+    devrt_partition* p = NULL;
+    devrt_stream s = 0;
+    void* x = NULL;
+    if (devrt_layout_create(rt, &spec, &l) || devrt_layout_partition(rt, l, i % 2, &p) ||
+        devrt_partition_stream_acquire(rt, p, DEVRT_ACQUIRE_FAIL, &s) ||
+        devrt_stream_host_func(rt, s, slow, NULL) ||
+        devrt_resource_allocate(res, 4096, s, "retire", &x) ||
+        devrt_resource_deallocate(res, x, 4096, s) || devrt_stream_release(rt, s))
+      err("layout round");
+    if (l && devrt_layout_destroy(rt, l)) err("layout destroy");
+  }
+  atomic_store(&stop, 1);
+  return NULL;
+}
+
+static void retire_round(void) {
+  pthread_t lt, rp[2];
+  atomic_store(&stop, 0);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&rp[i], NULL, reaper, (void*)(uintptr_t)DEVRT_REAP_WAIT);
+  pthread_create(&lt, NULL, layouts, NULL);
+  pthread_join(lt, NULL);
+  for (int i = 0; i < 2; i++) pthread_join(rp[i], NULL);
+}
+
 int main(void) {
   const char* e = getenv("DEVRT_STRESS_ITERS");
   if (e && atoi(e) > 0) iters = atoi(e);
@@ -146,6 +187,7 @@ int main(void) {
   REQUIRE_OK(devrt_async_resource_create(rt, &res));
   memory_round(0);
   memory_round(DEVRT_REAP_WAIT);
+  retire_round();
   k_load(rt, &K);
   events_round();
   CHECK(atomic_load(&errors) == 0);
