@@ -18,7 +18,9 @@
 extern "C" {
 #endif
 
-/* `size` bytes usable by work on `stream` queued after the call; NULL with devrt_last_error() set
+/* `size` bytes usable by work on `stream` queued after the call. Refused by the budget or the
+ * device, it waits for the stack's pending frees, empties its cache and tries once more, as
+ * PyTorch's own allocator does before it reports out of memory. NULL with devrt_last_error() set
  * on failure (OVER_BUDGET, OUT_OF_MEMORY, a refused stream, a bad device). PyTorch 2.11's
  * pluggable allocator takes NULL as a pointer rather than raising (docs/python.md). size 0 gives
  * NULL without an error (PyTorch asks for 0 bytes for empty tensors and frees NULL). Thread-safe.

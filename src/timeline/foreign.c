@@ -153,6 +153,19 @@ static devrt_status wait_recorded(devrt_runtime* rt, int device, void* ptr, devr
   return st;
 }
 
+/* An allocation that does what PyTorch's own allocator does before it gives up: on a refusal,
+ * wait for every pending free, empty the cache, wait for what that freed, and try once more (a
+ * refused allocation ends a PyTorch program: docs/python.md). */
+static devrt_status torch_allocate(devrt_resource* r, size_t size, devrt_stream id, void** p) {
+  devrt_status s = devrt_resource_allocate(r, size, id, "torch", p);
+  if (s != DEVRT_ERR_OVER_BUDGET && s != DEVRT_ERR_DEVICE_ALLOC_FAILED) return s;
+  uint64_t n;
+  DV_CHECK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  DV_CHECK(devrt_resource_trim(r, &n));
+  DV_CHECK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
+  return devrt_resource_allocate(r, size, id, "torch", p);
+}
+
 void* devrt_torch_alloc(size_t size, int device, void* stream) {
   dv_error_clear();
   if (size == 0) return NULL;
@@ -163,7 +176,7 @@ void* devrt_torch_alloc(size_t size, int device, void* stream) {
   devrt_status s = devrt_runtime_get(device, &rt);
   if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
-  if (s == DEVRT_OK) s = devrt_resource_allocate(r, size, id, "torch", &p);
+  if (s == DEVRT_OK) s = torch_allocate(r, size, id, &p);
   if (s != DEVRT_OK) {
     refail(s, "devrt_torch_alloc", size, device, stream);
     return NULL;

@@ -331,6 +331,43 @@ static void test_record_stream(void) {
   CHECK(devrt_last_error()[0] == 0);
 }
 
+/* Under pressure the torch entry point waits for pending frees before it refuses, as PyTorch's
+ * allocator does: the stack alone refuses the same request while the frees are held back. */
+static void* open_gate_later(void* u) {
+  (void)u;
+  usleep(30000);
+  atomic_store(&gate, 1);
+  return NULL;
+}
+
+static void test_torch_pressure(void) {
+  devrt_resource* top = NULL;
+  devrt_resource_figures f;
+  devrt_stream id = 0;
+  uint64_t n;
+  REQUIRE_OK(devrt_runtime_resource(prt, &top));
+  REQUIRE_OK(devrt_stream_import(prt, nat(tstream), &id)); /* torch's id, shared */
+  void* a = devrt_torch_alloc(160 * MiB, 0, nat(tstream));
+  REQUIRE_OK(a ? DEVRT_OK : DEVRT_ERR_OVER_BUDGET);
+  atomic_store(&gate, 0);
+  REQUIRE_OK(prt->be->host_func(tstream, wait_gate, NULL));
+  devrt_torch_free(a, 160 * MiB, 0, nat(tstream)); /* into the cache */
+  CHECK_OK(devrt_resource_trim(top, &n));          /* then pending, behind the gate */
+  CHECK_OK(devrt_resource_query(top, &f));
+  CHECK(f.pending_bytes >= 160 * MiB && f.cached_bytes == 0);
+  void* b = NULL;
+  CHECK_STATUS(devrt_resource_allocate(top, 160 * MiB, id, "torch", &b), DEVRT_ERR_OVER_BUDGET);
+  pthread_t t;
+  REQUIRE_OK(pthread_create(&t, NULL, open_gate_later, NULL) ? DEVRT_ERR_OUT_OF_RESOURCES
+                                                             : DEVRT_OK);
+  b = devrt_torch_alloc(160 * MiB, 0, nat(tstream));
+  CHECK(b != NULL && devrt_last_error()[0] == 0);
+  pthread_join(t, NULL);
+  devrt_torch_free(b, 160 * MiB, 0, nat(tstream));
+  CHECK(devrt_last_error()[0] == 0);
+  CHECK_OK(devrt_stream_forget(prt, id));
+}
+
 /* ---- threads ---- */
 
 static dv_stream* shared[2];
@@ -406,6 +443,7 @@ int main(void) {
   tstream = foreign_on(prt);
   test_torch();
   test_record_stream();
+  test_torch_pressure();
   test_threads();
 
   REQUIRE_OK(devrt_module_unload(rt, K.mod));
