@@ -70,8 +70,9 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream stream);
 typedef void (*devrt_host_fn)(void* user);
 
 /* Enqueues fn(user) on the stream: it runs on a driver (or worker) thread once prior work is
- * done, and later work waits for it. fn must not call devrt stream or event functions.
- * Thread-safe. */
+ * done, and later work waits for it. fn must not call devrt stream, event or resource functions
+ * (a reap, or an allocation's pressure ladder, may be waiting for this very stream). Thread-safe.
+ */
 devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream stream, devrt_host_fn fn,
                                     void* user);
 
