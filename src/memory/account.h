@@ -117,12 +117,14 @@ uint64_t dv_budget_limit(const devrt_resource* r);
 uint64_t dv_budget_live(const devrt_resource* r);
 devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* call);
 
-/* Fills the account's figures into q (used by leaves' query). */
-static inline void dv_account_query(dv_mem_account* a, devrt_resource_figures* q) {
+/* Fills the account's figures into q, one read of each shared count (leaves' query,
+ * dv_account_live, refusal messages): live is what held has beyond the pending and cached bytes
+ * read for the same answer, so the three never sum past held. */
+static inline void dv_account_query(const dv_mem_account* a, devrt_resource_figures* q) {
   uint64_t held = atomic_load_explicit(&a->held, memory_order_acquire);
   q->pending_bytes = dv_account_sum(a, DV_PENDING);
   q->cached_bytes = dv_account_sum(a, DV_CACHED);
-  uint64_t idle = q->pending_bytes + q->cached_bytes; /* one read of each: live is what is left */
+  uint64_t idle = q->pending_bytes + q->cached_bytes;
   q->live_bytes = held > idle ? held - idle : 0;
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;

@@ -48,13 +48,14 @@ static uint64_t live_of(budget* b) {
 }
 
 static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const char* tag) {
-  dv_mem_account* a = b->r.account;
+  devrt_resource_figures q = {0}; /* one read of each shared count */
+  if (b->r.account) dv_account_query(b->r.account, &q);
+  if (!b->owns) q.live_bytes = load(&b->live);
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
                  "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64
                  ", pending %" PRIu64 ", cached %" PRIu64 ", limit %" PRIu64,
-                 b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", live_of(b),
-                 a ? dv_account_sum(a, DV_PENDING) : 0, a ? dv_account_sum(a, DV_CACHED) : 0,
-                 load(&b->limit));
+                 b->parent ? "sub-budget" : "budget", size, n, tag ? tag : "untagged", q.live_bytes,
+                 q.pending_bytes, q.cached_bytes, load(&b->limit));
 }
 
 /* The pressure ladder: step 0 a non-blocking reap, 1 a trim and reap, 2 (if configured) a

@@ -74,19 +74,20 @@ uint64_t dv_account_sum(const dv_mem_account* a, int fig) {
 }
 
 uint64_t dv_account_live(const dv_mem_account* a) {
-  uint64_t n = atomic_load_explicit(&a->held, memory_order_acquire) -
-               dv_account_sum(a, DV_PENDING) - dv_account_sum(a, DV_CACHED);
-  return n > UINT64_MAX / 2 ? 0 : n;
+  devrt_resource_figures q;
+  dv_account_query(a, &q);
+  return q.live_bytes;
 }
 
 devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n,
                                const char* tag) {
+  devrt_resource_figures q;
+  dv_account_query(a, &q);
   return dv_fail(DEVRT_ERR_OVER_BUDGET,
                  "%s: %zu bytes (charged %" PRIu64 ") for tag '%s' do not fit: live %" PRIu64
                  ", pending %" PRIu64 ", cached %" PRIu64 ", limit %" PRIu64,
-                 who, size, n, tag ? tag : "untagged", dv_account_live(a),
-                 dv_account_sum(a, DV_PENDING), dv_account_sum(a, DV_CACHED),
-                 atomic_load_explicit(&a->limit, memory_order_relaxed));
+                 who, size, n, tag ? tag : "untagged", q.live_bytes, q.pending_bytes,
+                 q.cached_bytes, atomic_load_explicit(&a->limit, memory_order_relaxed));
 }
 
 /* ---- layers told of retired streams ---- */
