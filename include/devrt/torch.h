@@ -35,7 +35,8 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
 /* PyTorch's record-stream hook (Tensor.record_stream; devrt.torch.use sets it): `stream` also
  * uses ptr. The free of ptr then makes its own stream wait for the work queued on `stream` up to
  * the free, so the memory is reused only after that work too (the free's stream waits: a later
- * allocation on it is ordered after the reader). A failure sets devrt_last_error(). Thread-safe. */
+ * allocation on it is ordered after the reader). ptr NULL does nothing; a stream devrt refuses
+ * is reported by that free. A failure sets devrt_last_error(). Thread-safe. */
 void devrt_torch_record_stream(void* ptr, void* stream);
 
 #ifdef __cplusplus
