@@ -161,7 +161,8 @@ typedef struct batch {
  * cur slot to `pending` (an RMW), then moves cur. A slot leaves `pending` only under its mu with
  * nothing batched and its sum at `covered`, and the reaper reads the sum again after the take:
  * an add that came before the take shows there, one after it stays. So every free is seen by a
- * reap that comes after it: through cur, through `pending`, or by the reap that took it out. */
+ * reap that comes after it: through cur, through `pending`, or by the reap that took it out (a
+ * non-waiting reap leaves a slot another reap holds to that one: it may be synchronizing). */
 typedef struct aslot {
   _Alignas(DV_LINE) pthread_mutex_t mu; /* held across a waiting reap's stream_sync */
   uint64_t covered;                     /* freed bytes batched so far (under mu) */
@@ -303,7 +304,13 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
   if (upto == atomic_load_explicit(&sl->retired, memory_order_acquire) &&
       !dv_slotset_has(&a->pending, i))
     return DEVRT_OK; /* nothing pending here */
-  pthread_mutex_lock(&sl->mu);
+  if (!(flags & DEVRT_REAP_WAIT)) {
+    /* Another reap holds the slot, maybe across a stream synchronize: it retires what has
+     * completed, and a reap that must not block leaves the slot to it. */
+    if (pthread_mutex_trylock(&sl->mu) != 0) return DEVRT_OK;
+  } else {
+    pthread_mutex_lock(&sl->mu);
+  }
   /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
    * read */
   devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;

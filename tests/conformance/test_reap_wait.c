@@ -4,7 +4,11 @@
  * while after cuStreamSynchronize of the event's stream returned (the soak's step_stack then kept
  * its trim's frees pending through reap(WAIT)). Here the host backend is wrapped so that the first
  * event queries after each synchronize answer "not complete", and the stacks of the soak's step
- * are checked: an async leaf's reap, and a device budget whose pressure ladder trims its cache. */
+ * are checked: an async leaf's reap, and a device budget whose pressure ladder trims its cache.
+ * And a reap that must not block does not wait behind a waiting reap's synchronize (a latency
+ * tenant's allocation once waited there for a batch stream's queue). */
+#include <pthread.h>
+#include <sched.h>
 #include "memory/account.h"
 #include "test.h"
 
@@ -12,7 +16,12 @@ static const dv_backend* real;
 static dv_backend lagging;
 static _Atomic unsigned lag; /* queries still to answer "not complete" */
 
+static _Atomic int parked; /* 1: the next synchronize parks until 2 */
+
 static devrt_status lag_stream_sync(dv_stream* s) {
+  int one = 1;
+  if (atomic_compare_exchange_strong(&parked, &one, 3))
+    while (atomic_load(&parked) != 2) sched_yield(); /* a long synchronize, under the slot */
   devrt_status st = real->stream_sync(s);
   if (st == DEVRT_OK) atomic_store(&lag, 4); /* what CUDA's events may still say for a while */
   return st;
@@ -80,6 +89,42 @@ static void ladder(devrt_runtime* rt, devrt_stream s0, devrt_stream s1) {
   CHECK_OK(devrt_resource_release(a));
 }
 
+static void* waiting_reap(void* leaf) {
+  CHECK_OK(devrt_resource_reap(leaf, DEVRT_REAP_WAIT, NULL));
+  return NULL;
+}
+
+static void* quick_reap(void* leaf) {
+  CHECK_OK(devrt_resource_reap(leaf, 0, NULL));
+  return leaf;
+}
+
+/* A waiting reap parked inside its synchronize holds the slot; a non-waiting reap returns. */
+static void no_wait_behind_sync(devrt_runtime* rt, devrt_stream s0) {
+  devrt_resource* a = NULL;
+  void* p = NULL;
+  REQUIRE_OK(devrt_async_resource_create(rt, &a));
+  REQUIRE_OK(devrt_resource_allocate(a, 4096, s0, "park", &p));
+  CHECK_OK(devrt_resource_deallocate(a, p, 4096, s0));
+  atomic_store(&parked, 1);
+  pthread_t w, q;
+  if (pthread_create(&w, NULL, waiting_reap, a)) abort();
+  while (atomic_load(&parked) != 3) sched_yield();
+  if (pthread_create(&q, NULL, quick_reap, a)) abort();
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  void* ret = NULL;
+  int joined = pthread_timedjoin_np(q, &ret, &until);
+  CHECK(joined == 0 && ret == a);
+  if (joined) fprintf(stderr, "a non-waiting reap blocked behind a waiting reap's synchronize\n");
+  atomic_store(&parked, 2);
+  if (joined) pthread_join(q, NULL);
+  pthread_join(w, NULL);
+  CHECK(fig(a).pending_bytes == 0);
+  CHECK_OK(devrt_resource_release(a));
+}
+
 int main(void) {
   devrt_runtime* rt = t_runtime();
   if (t_is_cuda(rt)) { /* the wrapper models CUDA on the host backend */
@@ -96,6 +141,7 @@ int main(void) {
   REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &s1));
   leaf(rt, s0, s1);
   ladder(rt, s0, s1);
+  no_wait_behind_sync(rt, s0);
   CHECK_OK(devrt_stream_release(rt, s0));
   CHECK_OK(devrt_stream_release(rt, s1));
   atomic_store(&lag, 0);
