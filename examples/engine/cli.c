@@ -31,6 +31,8 @@ static int usage(FILE* f, bool bench) {
             "host 3)\n");
   else
     fprintf(f,
+            "  --devices N|all devices to spread the tenants over (default 1), from --ordinal;\n"
+            "                  with several, a distributed Q1 combines them by all-reduce\n"
             "  --plain         partitions of plain streams instead of green contexts\n"
             "  --quiet         no progress output\n"
             "  --trace FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
@@ -55,6 +57,15 @@ static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) 
       return 1;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
+    } else if (!bench && !strcmp(a, "--devices")) {
+      bool all = v && !strcmp(v, "all");
+      long n = all ? EG_ALL_DEVICES : v ? strtol(v, &end, 10) : 0;
+      if (!v || (!all && (*end || n < 1 || n > EG_MAX_DEVICES))) {
+        fprintf(stderr, "devrt demo: --devices takes 1..%d or all, not '%s'\n", EG_MAX_DEVICES,
+                v ? v : "(nothing)");
+        return usage(stderr, bench);
+      }
+      o->devices = (int)n, i++;
     } else if (!bench && !strcmp(a, "--plain")) {
       o->plain = true;
     } else if (!bench && !strcmp(a, "--quiet")) {

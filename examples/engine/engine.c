@@ -65,14 +65,6 @@ bool eg_grow(void** p, size_t n, size_t* cap, size_t sz) {
   return true;
 }
 
-/* A devrt call that must succeed: else the run fails, naming what and devrt's message. */
-#define CALL(e, what, expr)                                                             \
-  do {                                                                                  \
-    devrt_status s_ = (expr);                                                           \
-    if (s_ != DEVRT_OK)                                                                 \
-      return eg_fail(e, "%s: %s: %s", what, devrt_status_name(s_), devrt_last_error()); \
-  } while (0)
-
 void eg_options_default(eg_options* o) {
   if (!o->tenants) o->tenants = 4;
   if (!o->credits) o->credits = 4;
@@ -124,17 +116,21 @@ static void on_log(void* user, const devrt_log_record* r) {
   pthread_mutex_unlock(&e->mem_mu);
 }
 
-/* The device budget's figures now (the main thread, during the phases). */
+/* Each device budget's figures now (the main thread, during the phases): its peak held, and the
+ * first device's samples over time. */
 static void sample_device(eg_engine* e) {
-  devrt_resource_figures fg;
-  if (devrt_resource_query(e->budget, &fg) != DEVRT_OK) return;
-  /* What the DEVICE budget admits on (held: live, pending and cached), limit less available; the
-   * budget refuses what would pass its limit, so this is the peak shown, not a check. */
-  uint64_t held = fg.limit_bytes - fg.available_bytes;
-  if (held > e->f->peak_held) e->f->peak_held = held;
-  if (eg_grow((void**)&e->dev, e->ndev, &e->capdev, sizeof *e->dev))
-    e->dev[e->ndev++] =
-        (eg_dev_sample){eg_now_ns(), fg.live_bytes, fg.pending_bytes, fg.cached_bytes};
+  for (int i = 0; i < e->nd; i++) {
+    eg_device* d = &e->devs[i];
+    devrt_resource_figures fg;
+    if (!d->budget || devrt_resource_query(d->budget, &fg) != DEVRT_OK) continue;
+    /* What the DEVICE budget admits on (held: live, pending and cached), limit less available;
+     * the budget refuses what would pass its limit, so this is the peak shown, not a check. */
+    uint64_t held = fg.limit_bytes - fg.available_bytes;
+    if (held > d->peak_held) d->peak_held = held;
+    if (i == 0 && eg_grow((void**)&e->dev, e->ndev, &e->capdev, sizeof *e->dev))
+      e->dev[e->ndev++] =
+          (eg_dev_sample){eg_now_ns(), fg.live_bytes, fg.pending_bytes, fg.cached_bytes};
+  }
 }
 
 /* ---- sizes, budgets, the stack, the layout ---- */
@@ -148,7 +144,7 @@ static uint64_t pow2_at_least(uint64_t n) {
 
 /* What an allocation of n bytes holds under devrt's caching layer: its size class (four steps
  * per power of two up to 64 MiB; beyond, the pool's rounding, taken as 2 MiB). */
-static uint64_t charge(uint64_t n) {
+uint64_t eg_charge(uint64_t n) {
   if (n > (64ull << 20)) return round_up(n, 2ull << 20);
   uint64_t p = 512;
   while (p * 2 <= n) p *= 2;
@@ -171,76 +167,80 @@ static uint64_t ht_slots(const eg_variant* v) {
 }
 
 /* Each tenant's sub-budget: its chunks in flight, its hash table, the query slots waiting for its
- * checker, its stamps. The device budget is smaller than their sum, never below what lets every
- * tenant hold one chunk and its query state at once. */
-static void budgets(eg_engine* e) {
+ * checker, its stamps. A device's budget is smaller than the sum of its tenants', never below what
+ * lets each of them hold one chunk and its query state at once; with several devices, it has room
+ * for the distributed query besides (which runs after the tenants). */
+static void budgets(eg_engine* e, eg_device* d) {
   uint64_t floor = 0, ht = 0;
   for (int k = e->nq1; k < e->nq1 + e->njoin; k++)
     if (ht_slots(&e->var[k]) * 8 > ht) ht = ht_slots(&e->var[k]) * 8;
-  e->sum_sub = 0;
-  for (int i = 0; i < e->nt; i++) {
+  d->sum_sub = 0;
+  for (int j = 0; j < d->ntenants; j++) {
+    int i = d->tenant[j];
     bool inter = i == 0;
-    uint64_t chunk = charge(EG_LI_BYTES * (inter ? e->ichunk_rows : e->chunk_rows));
-    uint64_t parts = charge(((uint64_t)max_chunks(e, inter) + 1) * EG_AGG_WORDS * 8);
-    uint64_t state = (EG_RING + 2) * parts + (inter ? 0 : charge(ht)) +
-                     EG_STAMPED * charge(16 * stamp_cap(e)) + (1u << 20);
+    uint64_t chunk = eg_charge(EG_LI_BYTES * (inter ? e->ichunk_rows : e->chunk_rows));
+    uint64_t parts = eg_charge(((uint64_t)max_chunks(e, inter) + 1) * EG_AGG_WORDS * 8);
+    uint64_t state = (EG_RING + 2) * parts + (inter ? 0 : eg_charge(ht)) +
+                     EG_STAMPED * eg_charge(16 * stamp_cap(e)) + (1u << 20);
     e->t[i].sub_budget = (uint64_t)e->o.credits * chunk + state;
-    e->sum_sub += e->t[i].sub_budget;
+    d->sum_sub += e->t[i].sub_budget;
     floor += chunk + state;
   }
-  uint64_t tight = e->sum_sub / 10 * 7, least = floor / 10 * 11;
-  e->global_budget = tight > least ? tight : least;
-  /* What the batch tenants leave free: the interactive tenant's sub-budget, and one batch chunk
-   * for another batch tenant that checked at the same moment. */
-  e->reserve = e->t[0].sub_budget + charge(EG_LI_BYTES * e->chunk_rows);
+  uint64_t tight = d->sum_sub / 10 * 7, least = floor / 10 * 11;
+  d->global_budget = (tight > least ? tight : least) + (e->nd > 1 ? eg_dist_bytes(e) : 0);
+  /* What the batch tenants leave free on the interactive tenant's device: its sub-budget, and one
+   * batch chunk for another batch tenant that checked at the same moment. */
+  if (d->index == 0) d->reserve = e->t[0].sub_budget + eg_charge(EG_LI_BYTES * e->chunk_rows);
 }
 
-static int build_stack(eg_engine* e) {
+static int build_stack(eg_engine* e, eg_device* d) {
   devrt_resource *leaf, *cache, *stats, *log, *top;
   devrt_logging_options lo = {.callback = on_log, .user = e};
-  devrt_budget_options bo = {.limit_bytes = e->global_budget, .scope = DEVRT_BUDGET_DEVICE};
-  CALL(e, "devrt_async_resource_create", devrt_async_resource_create(e->rt, &leaf));
+  devrt_budget_options bo = {.limit_bytes = d->global_budget, .scope = DEVRT_BUDGET_DEVICE};
+  CALL(e, "devrt_async_resource_create", devrt_async_resource_create(d->rt, &leaf));
   CALL(e, "devrt_caching_resource_create", devrt_caching_resource_create(leaf, NULL, &cache));
   CALL(e, "devrt_statistics_resource_create", devrt_statistics_resource_create(cache, &stats));
   CALL(e, "devrt_logging_resource_create", devrt_logging_resource_create(stats, &lo, &log));
   CALL(e, "devrt_budget_create", devrt_budget_create(log, &bo, &top));
-  CALL(e, "devrt_runtime_set_resource", devrt_runtime_set_resource(e->rt, top));
+  CALL(e, "devrt_runtime_set_resource", devrt_runtime_set_resource(d->rt, top));
   /* The runtime and each layer hold their upstream: keep only what the engine reads. */
   devrt_resource_release(leaf), devrt_resource_release(cache), devrt_resource_release(log);
-  e->stats = stats, e->budget = top;
+  d->stats = stats, d->budget = top;
   return 0;
 }
 
-/* One partition per tenant: the interactive tenant's small, the batch tenants' equal (the
- * remainder merged into the last); one split, so with green contexts they are disjoint. */
-static int make_layout(eg_engine* e) {
+/* One partition per tenant of device d: the interactive tenant's small, the batch tenants' equal
+ * (the remainder merged into the last); one split, so with green contexts they are disjoint. */
+static int make_layout(eg_engine* e, eg_device* d) {
   devrt_split_result sr = {0};
-  unsigned g = 1, sms = (unsigned)e->di.sm_count, counts[EG_MAX_TENANTS];
-  if (devrt_device_split_query(e->rt, 1, DEVRT_SPLIT_IGNORE_COSCHEDULING, &sr) == DEVRT_OK &&
+  unsigned g = 1, sms = (unsigned)d->di.sm_count, counts[EG_MAX_TENANTS], n = (unsigned)d->ntenants;
+  if (devrt_device_split_query(d->rt, 1, DEVRT_SPLIT_IGNORE_COSCHEDULING, &sr) == DEVRT_OK &&
       sr.sms_per_group)
     g = sr.sms_per_group;
-  unsigned inter = sms / 8 / g * g, nb = (unsigned)e->nt - 1;
+  bool has_inter = d->tenant[0] == 0; /* tenant 0 runs on the first device, first */
+  unsigned inter = sms / 8 / g * g, nb = n - has_inter;
   if (inter < g) inter = g;
-  unsigned batch = sms > inter ? (sms - inter) / nb / g * g : 0;
+  if (!has_inter) inter = 0;
+  unsigned batch = !nb ? g : sms > inter ? (sms - inter) / nb / g * g : 0;
   if (!e->o.plain && batch < g)
     return eg_fail(e,
-                   "%d tenants need %d partitions of at least %u SMs; this device has %u "
+                   "%s%d tenants need %d partitions of at least %u SMs; this device has %u "
                    "(use fewer tenants, or --plain)",
-                   e->nt, e->nt, g, sms);
-  counts[0] = inter;
-  for (unsigned i = 1; i <= nb; i++) counts[i] = batch ? batch : g;
-  int prio[EG_MAX_TENANTS] = {e->di.priority_greatest};
-  for (int i = 1; i < e->nt; i++) prio[i] = e->di.priority_least;
+                   e->nd > 1 ? "a device of " : "", e->nt, d->ntenants, g, sms);
+  for (unsigned i = 0; i < n; i++) counts[i] = i == 0 && has_inter ? inter : batch ? batch : g;
+  int prio[EG_MAX_TENANTS];
+  for (unsigned i = 0; i < n; i++)
+    prio[i] = i == 0 && has_inter ? d->di.priority_greatest : d->di.priority_least;
   devrt_layout_spec spec = {
       .sm_counts = counts,
-      .count = (unsigned)e->nt,
+      .count = n,
       .remainder = DEVRT_REMAINDER_MERGE,
       .flags = DEVRT_LAYOUT_IGNORE_COSCHEDULING |
                (e->o.plain ? DEVRT_LAYOUT_PLAIN_STREAMS : DEVRT_LAYOUT_ALLOW_FALLBACK),
       .streams = EG_STREAMS,
       .priorities = prio};
-  CALL(e, "devrt_layout_create", devrt_layout_create(e->rt, &spec, &e->layout));
-  CALL(e, "devrt_layout_info_get", devrt_layout_info_get(e->rt, e->layout, &e->linfo));
+  CALL(e, "devrt_layout_create", devrt_layout_create(d->rt, &spec, &d->layout));
+  CALL(e, "devrt_layout_info_get", devrt_layout_info_get(d->rt, d->layout, &d->linfo));
   return 0;
 }
 
@@ -283,7 +283,7 @@ static int t_launch(eg_tenant* t, int si, eg_stage st, void** args, unsigned nar
                           .signals = sig,
                           .nsignals = extra ? 2 : 1,
                           .kind = DEVRT_WORK_LAUNCH,
-                          .launch = {.kernel = e->k[st],
+                          .launch = {.kernel = t->d->k[st],
                                      .grid = {grid},
                                      .block = {256},
                                      .args = args,
@@ -293,7 +293,7 @@ static int t_launch(eg_tenant* t, int si, eg_stage st, void** args, unsigned nar
   if (!r) return eg_fail(e, "out of host memory");
   *r = (eg_launch_rec){(uint8_t)st, (uint8_t)si, query,    chunk, slot,
                        wait_rec,    eg_now_ns(), *val + 1, 0,     0};
-  CALL(e, eg_stage_names[st], devrt_queue_submit(e->rt, &sub));
+  CALL(e, eg_stage_names[st], devrt_queue_submit(t->d->rt, &sub));
   *val += 1;
   if (si < 2) t->last_gen[si] = (uint32_t)(t->nrecs - 1);
   return 0;
@@ -308,7 +308,7 @@ static int t_free(eg_tenant* t, int si, devrt_block b, uint64_t bytes,
                           .nsignals = sig != NULL,
                           .kind = DEVRT_WORK_FREE,
                           .block = b};
-  CALL(t->e, "queued free", devrt_queue_submit(t->e->rt, &sub));
+  CALL(t->e, "queued free", devrt_queue_submit(t->d->rt, &sub));
   mem_rec(t, MEM_FREE, si, bytes);
   return 0;
 }
@@ -325,7 +325,7 @@ static int make_room(eg_tenant* t) {
   if (st != DEVRT_OK && st != DEVRT_ERR_TIMEOUT)
     return eg_fail(t->e, "tenant %d: waiting for a credit: %s: %s", t->id, devrt_status_name(st),
                    devrt_last_error());
-  CALL(t->e, "devrt_reap_pending", devrt_reap_pending(t->e->rt, 0, NULL));
+  CALL(t->e, "devrt_reap_pending", devrt_reap_pending(t->d->rt, 0, NULL));
   return 0;
 }
 
@@ -334,8 +334,8 @@ static int make_room(eg_tenant* t) {
  * under pressure). The device budget itself still refuses what does not fit. */
 static bool leaves_reserve(eg_tenant* t, uint64_t bytes) {
   devrt_resource_figures fg;
-  if (t->interactive || devrt_resource_query(t->e->budget, &fg) != DEVRT_OK) return true;
-  return fg.available_bytes + fg.cached_bytes >= charge(bytes) + t->e->reserve;
+  if (t->interactive || devrt_resource_query(t->d->budget, &fg) != DEVRT_OK) return true;
+  return fg.available_bytes + fg.cached_bytes >= eg_charge(bytes) + t->d->reserve;
 }
 
 /* A queued allocation on stream si. It has no waits, so devrt issues it inside the submit, on this
@@ -358,7 +358,7 @@ static int t_alloc(eg_tenant* t, int si, uint64_t bytes, devrt_block* out) {
                             .nsignals = 1,
                             .kind = DEVRT_WORK_ALLOC,
                             .alloc = {bytes, t->tag, out}};
-    CALL(e, "queued allocation", devrt_queue_submit(e->rt, &sub));
+    CALL(e, "queued allocation", devrt_queue_submit(t->d->rt, &sub));
     devrt_status why = DEVRT_OK;
     const char* msg = "";
     CALL(e, "devrt_semaphore_failure", devrt_semaphore_failure(t->asem, &why, &msg));
@@ -375,22 +375,22 @@ static int t_alloc(eg_tenant* t, int si, uint64_t bytes, devrt_block* out) {
     mem_rec(t, MEM_RETRY, si, bytes);
     CALL(e, "devrt_semaphore_destroy", devrt_semaphore_destroy(t->asem));
     t->asem = NULL;
-    CALL(e, "devrt_semaphore_create", devrt_semaphore_create(e->rt, 0, &t->asem));
+    CALL(e, "devrt_semaphore_create", devrt_semaphore_create(t->d->rt, 0, &t->asem));
     t->aval = 0;
     if (make_room(t)) return 1;
   }
 }
 
-static void* block_ptr(eg_engine* e, devrt_block b) {
+void* eg_block_ptr(eg_engine* e, eg_device* d, devrt_block b) {
   void* p = NULL;
-  if (devrt_block_ptr(e->rt, b, &p) != DEVRT_OK)
+  if (devrt_block_ptr(d->rt, b, &p) != DEVRT_OK)
     eg_fail(e, "devrt_block_ptr: %s", devrt_last_error());
   return p;
 }
 
 /* Zeroes `words` words of b on the scan stream once its allocation is issued. */
 static int t_zero(eg_tenant* t, devrt_block b, uint64_t words, uint32_t query) {
-  void* p = block_ptr(t->e, b);
+  void* p = eg_block_ptr(t->e, t->d, b);
   void* args[] = {&p, &words, NULL};
   devrt_block_use u = {b, DEVRT_ACCESS_WRITE};
   devrt_semaphore_value w = {t->asem, t->aval};
@@ -426,7 +426,7 @@ static int chunk(eg_tenant* t, query_ctx* q, bool orders, unsigned k) {
   devrt_block c;
   uint64_t bytes = cap * (orders ? EG_ORD_BYTES : EG_LI_BYTES);
   if (t_alloc(t, g, bytes, &c)) return 1;
-  void* cp = block_ptr(e, c);
+  void* cp = eg_block_ptr(e, t->d, c);
   {
     void* args[] = {&cp, &cap, &first, &rows, NULL};
     devrt_block_use u = {c, DEVRT_ACCESS_WRITE};
@@ -469,13 +469,13 @@ static int run_query(eg_tenant* t, const eg_variant* v, uint32_t query, eg_pendi
   eg_engine* e = t->e;
   uint64_t t0 = eg_now_ns(), words = ((uint64_t)v->nchunks + 1) * EG_AGG_WORDS;
   query_ctx q = {.v = v, .query = query};
-  if (t_alloc(t, SCAN, words * 8, &q.parts) || !(q.pparts = block_ptr(e, q.parts)) ||
+  if (t_alloc(t, SCAN, words * 8, &q.parts) || !(q.pparts = eg_block_ptr(e, t->d, q.parts)) ||
       t_zero(t, q.parts, words, query))
     return 1;
   if (v->kind == EG_JOIN) {
     uint64_t slots = ht_slots(v);
     q.mask = slots - 1;
-    if (t_alloc(t, SCAN, slots * 8, &q.ht) || !(q.pht = block_ptr(e, q.ht)) ||
+    if (t_alloc(t, SCAN, slots * 8, &q.ht) || !(q.pht = eg_block_ptr(e, t->d, q.ht)) ||
         t_zero(t, q.ht, slots, query))
       return 1;
     for (unsigned k = 0; k < v->ochunks; k++)
@@ -516,12 +516,12 @@ static devrt_status copy_out(void* user, devrt_stream s, void* native) {
  * block's writers by devrt's use tracking, and waits for it. */
 static int read_block(eg_tenant* t, devrt_block b, void* dst, size_t bytes) {
   eg_engine* e = t->e;
-  copy_ctx c = {e->rt, dst, block_ptr(e, b), bytes};
+  copy_ctx c = {t->d->rt, dst, eg_block_ptr(e, t->d, b), bytes};
   devrt_block_use u = {b, DEVRT_ACCESS_READ};
   devrt_launch_desc d = {
       .stream = t->s[CHECK], .enqueue = copy_out, .user = &c, .uses = &u, .nuses = 1};
-  CALL(e, "devrt_launch (copy out)", devrt_launch(e->rt, &d));
-  CALL(e, "devrt_stream_synchronize (copy out)", devrt_stream_synchronize(e->rt, t->s[CHECK]));
+  CALL(e, "devrt_launch (copy out)", devrt_launch(t->d->rt, &d));
+  CALL(e, "devrt_stream_synchronize (copy out)", devrt_stream_synchronize(t->d->rt, t->s[CHECK]));
   return 0;
 }
 
@@ -546,7 +546,7 @@ static int collect(eg_tenant* t, const eg_pending* p) {
       (unsigned)e->corrupt[2] < p->v->nchunks)
     t->host_parts[(size_t)e->corrupt[2] * EG_AGG_WORDS + 2] ^= 1; /* Q1: A/F sum_price */
   if (!rc) rc = eg_check(e, t, p->v, p->query, t->host_parts);
-  devrt_status fs = devrt_block_free(e->rt, p->parts);
+  devrt_status fs = devrt_block_free(t->d->rt, p->parts);
   if (fs != DEVRT_OK && !rc) rc = eg_fail(e, "devrt_block_free: %s", devrt_last_error());
   if (rc) return rc;
   int phase = atomic_load(&e->phase);
@@ -637,34 +637,35 @@ static int tenant_init(eg_engine* e, int i) {
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
   CALL(e, "devrt_layout_partition",
-       devrt_layout_partition(e->rt, e->layout, (unsigned)i, &t->part));
-  CALL(e, "devrt_partition_set_budget", devrt_partition_set_budget(e->rt, t->part, t->sub_budget));
-  CALL(e, "devrt_partition_info_get", devrt_partition_info_get(e->rt, t->part, &t->pinfo));
+       devrt_layout_partition(t->d->rt, t->d->layout, t->index, &t->part));
+  CALL(e, "devrt_partition_set_budget",
+       devrt_partition_set_budget(t->d->rt, t->part, t->sub_budget));
+  CALL(e, "devrt_partition_info_get", devrt_partition_info_get(t->d->rt, t->part, &t->pinfo));
   t->grid = e->cuda ? t->pinfo.sm_count * 4 : t->pinfo.sm_count; /* eg_q1: 4 blocks an SM */
   if (!t->grid) t->grid = 1;
   for (int s = 0; s < EG_STREAMS; s++)
     CALL(e, "devrt_partition_stream_acquire",
-         devrt_partition_stream_acquire(e->rt, t->part, DEVRT_ACQUIRE_FAIL, &t->s[s]));
+         devrt_partition_stream_acquire(t->d->rt, t->part, DEVRT_ACQUIRE_FAIL, &t->s[s]));
   devrt_semaphore** sems[] = {&t->gsem[0], &t->gsem[1], &t->ssem, &t->credit, &t->asem, &t->qsem};
   for (int s = 0; s < 6; s++)
-    CALL(e, "devrt_semaphore_create", devrt_semaphore_create(e->rt, 0, sems[s]));
+    CALL(e, "devrt_semaphore_create", devrt_semaphore_create(t->d->rt, 0, sems[s]));
   t->stamp_cap = (uint32_t)stamp_cap(e);
   for (int s = 0; s < EG_STAMPED; s++) { /* zeroed by a recorded launch of eg_zero */
     uint64_t words = 2ull * t->stamp_cap;
     void* none = NULL;
     CALL(e, "devrt_block_alloc (stamps)",
-         devrt_block_alloc(e->rt, words * 8, t->s[s], t->tag, &t->stamps[s]));
-    if (!(t->stamp_dev[s] = block_ptr(e, t->stamps[s]))) return 1;
+         devrt_block_alloc(t->d->rt, words * 8, t->s[s], t->tag, &t->stamps[s]));
+    if (!(t->stamp_dev[s] = eg_block_ptr(e, t->d, t->stamps[s]))) return 1;
     void* args[] = {&t->stamp_dev[s], &words, &none};
     devrt_block_use u = {t->stamps[s], DEVRT_ACCESS_WRITE};
     devrt_launch_desc d = {.stream = t->s[s],
-                           .kernel = e->k[EG_ZERO],
+                           .kernel = t->d->k[EG_ZERO],
                            .grid = {t->grid},
                            .block = {256},
                            .args = args,
                            .uses = &u,
                            .nuses = 1};
-    CALL(e, "devrt_launch (zero stamps)", devrt_launch(e->rt, &d));
+    CALL(e, "devrt_launch (zero stamps)", devrt_launch(t->d->rt, &d));
   }
   if (!(t->host_parts = calloc(((size_t)max_chunks(e, t->interactive) + 1) * EG_AGG_WORDS, 8)))
     return eg_fail(e, "out of host memory");
@@ -685,20 +686,20 @@ static int read_stamps(eg_engine* e) {
       if (x->slot == UINT32_MAX || x->stream >= EG_STAMPED) continue;
       uint64_t s0 = h[x->stream][2 * x->slot], s1 = h[x->stream][2 * x->slot + 1];
       if (!s0 || !s1) continue;
-      x->start = (uint64_t)((int64_t)~s0 - e->clock_offset);
-      x->end = (uint64_t)((int64_t)s1 - e->clock_offset);
+      x->start = (uint64_t)((int64_t)~s0 - t->d->clock_offset);
+      x->end = (uint64_t)((int64_t)s1 - t->d->clock_offset);
     }
     for (int s = 0; s < EG_STAMPED; s++) free(h[s]);
   }
   return 0;
 }
 
-/* cuda's %globaltimer against the host clock: tiny stamped launches between two host reads; the
- * offset lies between (end - after) and (start - before) for each, so take the middle of the
- * narrowest bounds. The host backend stamps with the host clock itself. */
-static int calibrate(eg_engine* e) {
-  if (!e->cuda) return 0;
-  eg_tenant* t = &e->t[0];
+/* cuda's %globaltimer against the host clock, for each device with tenants (on its first tenant's
+ * scan stream): tiny stamped launches between two host reads; the offset lies between
+ * (end - after) and (start - before) for each, so take the middle of the narrowest bounds. The
+ * host backend stamps with the host clock itself. */
+static int calibrate_device(eg_engine* e, eg_device* dev) {
+  eg_tenant* t = &e->t[dev->tenant[0]];
   enum { N = 8 };
   uint64_t before[N], after[N], words = 0;
   uint32_t slot[N];
@@ -709,15 +710,15 @@ static int calibrate(eg_engine* e) {
     void* args[] = {&stamp, &words, &stamp};
     devrt_block_use u = {t->stamps[SCAN], DEVRT_ACCESS_READ_WRITE};
     devrt_launch_desc d = {.stream = t->s[SCAN],
-                           .kernel = e->k[EG_ZERO],
+                           .kernel = t->d->k[EG_ZERO],
                            .grid = {1},
                            .block = {256},
                            .args = args,
                            .uses = &u,
                            .nuses = 1};
     before[i] = eg_now_ns();
-    CALL(e, "devrt_launch (clock)", devrt_launch(e->rt, &d));
-    CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(e->rt, t->s[SCAN]));
+    CALL(e, "devrt_launch (clock)", devrt_launch(t->d->rt, &d));
+    CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(t->d->rt, t->s[SCAN]));
     after[i] = eg_now_ns();
   }
   uint64_t* h = malloc(16ull * t->stamp_cap);
@@ -732,8 +733,14 @@ static int calibrate(eg_engine* e) {
     if (a > lo) lo = a;
     if (b < hi) hi = b;
   }
-  e->clock_offset = lo / 2 + hi / 2;
+  dev->clock_offset = lo / 2 + hi / 2;
   free(h);
+  return 0;
+}
+
+static int calibrate(eg_engine* e) {
+  for (int i = 0; e->cuda && i < e->nd; i++)
+    if (e->devs[i].ntenants && calibrate_device(e, &e->devs[i])) return 1;
   return 0;
 }
 
@@ -744,38 +751,39 @@ static int calibrate(eg_engine* e) {
 
 static int measure(eg_engine* e) {
   eg_figures* f = e->f;
+  eg_device* d0 = &e->devs[0];
   devrt_stream s;
-  CALL(e, "devrt_stream_acquire", devrt_stream_acquire(e->rt, DEVRT_ACQUIRE_FAIL, &s));
+  CALL(e, "devrt_stream_acquire", devrt_stream_acquire(d0->rt, DEVRT_ACQUIRE_FAIL, &s));
   uint64_t cap = e->chunk_rows, bytes = round_up(EG_LI_BYTES * cap, 256), first = 0;
   uint64_t n = e->cuda ? (1ull << 30) / bytes : 4, copy = e->cuda ? 256ull << 20 : 8ull << 20;
-  unsigned grid = e->cuda ? (unsigned)e->di.sm_count * 4 : 1;
+  unsigned grid = e->cuda ? (unsigned)d0->di.sm_count * 4 : 1;
   if (n < 2) n = 2;
   uint8_t *chunks, *a, *b;
   uint64_t *st, *none = NULL, words = 2 * n + n * EG_AGG_WORDS;
-  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(e->rt, n * bytes, s, (void**)&chunks));
-  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(e->rt, words * 8, s, (void**)&st));
+  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(d0->rt, n * bytes, s, (void**)&chunks));
+  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(d0->rt, words * 8, s, (void**)&st));
   void* za[] = {&st, &words, &none};
   devrt_launch_desc d = {
-      .stream = s, .kernel = e->k[EG_ZERO], .grid = {grid}, .block = {256}, .args = za};
-  CALL(e, "devrt_launch (zero)", devrt_launch(e->rt, &d));
+      .stream = s, .kernel = d0->k[EG_ZERO], .grid = {grid}, .block = {256}, .args = za};
+  CALL(e, "devrt_launch (zero)", devrt_launch(d0->rt, &d));
   for (uint64_t i = 0; i < n; i++, first += cap) {
     uint8_t* c = chunks + i * bytes;
     void* ga[] = {&c, &cap, &first, &cap, &none};
-    d.kernel = e->k[EG_GEN_LI], d.args = ga;
-    CALL(e, "devrt_launch (generate)", devrt_launch(e->rt, &d));
+    d.kernel = d0->k[EG_GEN_LI], d.args = ga;
+    CALL(e, "devrt_launch (generate)", devrt_launch(d0->rt, &d));
   }
   uint32_t cutoff = EG_Q1_BASE_DAY;
   for (uint64_t i = 0; i < n; i++) { /* the scans, back to back, each stamped */
     uint8_t* c = chunks + i * bytes;
     uint64_t *stamp = st + 2 * i, *slot = st + 2 * n + i * EG_AGG_WORDS;
     void* qa[] = {&c, &cap, &cap, &cutoff, &slot, &stamp};
-    d.kernel = e->k[EG_SCAN_Q1], d.args = qa;
-    CALL(e, "devrt_launch (scan)", devrt_launch(e->rt, &d));
+    d.kernel = d0->k[EG_SCAN_Q1], d.args = qa;
+    CALL(e, "devrt_launch (scan)", devrt_launch(d0->rt, &d));
   }
   uint64_t* h = calloc(2 * n, 8);
   if (!h) return eg_fail(e, "out of host memory");
-  CALL(e, "devrt_memcpy_async", devrt_memcpy_async(e->rt, h, st, 16 * n, s));
-  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(e->rt, s));
+  CALL(e, "devrt_memcpy_async", devrt_memcpy_async(d0->rt, h, st, 16 * n, s));
+  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(d0->rt, s));
   uint64_t t0 = UINT64_MAX, t1 = 0;
   for (uint64_t i = 0; i < n; i++) {
     if (~h[2 * i] < t0) t0 = ~h[2 * i];
@@ -785,20 +793,21 @@ static int measure(eg_engine* e) {
   if (t1 > t0) f->scan_gbs = (double)(n * cap * 9) / (double)(t1 - t0);
   /* The copy: ten copies each way, timed on the host around one synchronize; read and write bytes
    * both count, as bandwidth tests count a device copy. */
-  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(e->rt, copy, s, (void**)&a));
-  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(e->rt, copy, s, (void**)&b));
+  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(d0->rt, copy, s, (void**)&a));
+  CALL(e, "devrt_pool_alloc", devrt_pool_alloc(d0->rt, copy, s, (void**)&b));
   CALL(e, "devrt_memcpy_async",
-       devrt_memcpy_async(e->rt, a, chunks, copy < n * bytes ? copy : n * bytes, s));
-  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(e->rt, s));
+       devrt_memcpy_async(d0->rt, a, chunks, copy < n * bytes ? copy : n * bytes, s));
+  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(d0->rt, s));
   uint64_t c0 = eg_now_ns();
   for (int r = 0; r < 20; r++)
-    CALL(e, "devrt_memcpy_async", devrt_memcpy_async(e->rt, r % 2 ? a : b, r % 2 ? b : a, copy, s));
-  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(e->rt, s));
+    CALL(e, "devrt_memcpy_async",
+         devrt_memcpy_async(d0->rt, r % 2 ? a : b, r % 2 ? b : a, copy, s));
+  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(d0->rt, s));
   f->copy_gbs = 2.0 * 20 * (double)copy / (double)(eg_now_ns() - c0);
   void* all[] = {chunks, st, a, b};
-  for (int i = 0; i < 4; i++) CALL(e, "devrt_pool_free", devrt_pool_free(e->rt, all[i], s));
-  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(e->rt, s));
-  CALL(e, "devrt_stream_release", devrt_stream_release(e->rt, s));
+  for (int i = 0; i < 4; i++) CALL(e, "devrt_pool_free", devrt_pool_free(d0->rt, all[i], s));
+  CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(d0->rt, s));
+  CALL(e, "devrt_stream_release", devrt_stream_release(d0->rt, s));
   return 0;
 }
 
@@ -853,6 +862,8 @@ static int phases(eg_engine* e) {
     if (e->t[i].thread) pthread_join(e->t[i].thread, NULL);
   if (inter_ok) pthread_join(inter, NULL);
   if (!e->o.quiet) eg_progress(e, true);
+  /* Several devices: the distributed Q1, once the tenants are done. */
+  if (e->nd > 1 && !atomic_load(&e->failed) && eg_dist_run(e)) return 1;
   return atomic_load(&e->failed) ? 1 : 0;
 }
 
@@ -901,12 +912,33 @@ static void figures(eg_engine* e) {
   eg_figures* f = e->f;
   f->tenants = e->nt, f->credits = e->o.credits, f->scale = e->o.scale;
   f->lineitem_rows = e->li_rows, f->orders_rows = e->ord_rows, f->chunk_rows = e->chunk_rows;
-  f->global_budget = e->global_budget, f->sum_sub = e->sum_sub;
+  f->devices = e->nd;
+  for (int i = 0; i < e->nd; i++) {
+    eg_device* d = &e->devs[i];
+    eg_device_figures* x = &f->d[i];
+    x->ordinal = d->ordinal, x->tenants = d->ntenants;
+    x->global_budget = d->global_budget, x->sum_sub = d->sum_sub, x->peak_held = d->peak_held;
+    f->global_budget += d->global_budget, f->sum_sub += d->sum_sub, f->peak_held += d->peak_held;
+    devrt_block_stats b;
+    devrt_queue_stats q;
+    if (devrt_block_stats_get(d->rt, &b) == DEVRT_OK) {
+      f->blocks.waits_inserted += b.waits_inserted, f->blocks.launches += b.launches;
+      f->blocks.waits_skipped_same_stream += b.waits_skipped_same_stream;
+      f->blocks.waits_skipped_complete += b.waits_skipped_complete;
+      f->blocks.waits_coalesced += b.waits_coalesced;
+    }
+    if (devrt_queue_stats_get(d->rt, &q) == DEVRT_OK) {
+      f->queue.submitted += q.submitted, f->queue.issued_inline += q.issued_inline;
+      f->queue.parked += q.parked, f->queue.device_waits += q.device_waits;
+      f->queue.failed += q.failed, f->queue.host_hops += q.host_hops;
+    }
+  }
   f->alone_s = (double)(e->t_alone1 - e->t_alone0) / 1e9;
   f->load_s = (double)(e->t_load1 - e->t_load0) / 1e9;
   for (int i = 0; i < e->nt; i++) {
     eg_tenant* t = &e->t[i];
     eg_tenant_figures* x = &f->t[i];
+    x->device = t->d->index;
     x->interactive = t->interactive, x->isolated = t->pinfo.isolated, x->sms = t->pinfo.sm_count;
     x->queries = atomic_load(&t->queries_done), x->rows = atomic_load(&t->rows_done);
     x->bytes = atomic_load(&t->bytes_done), x->chunks = atomic_load(&t->chunks_done);
@@ -916,11 +948,9 @@ static void figures(eg_engine* e) {
     x->alone = eg_lat_of(t->lat_alone, t->nalone), x->load = eg_lat_of(t->lat_load, t->nload);
     x->sub_budget = t->sub_budget, x->retries = t->retries, x->held_back = t->held_back;
     devrt_memory_stats ms;
-    if (devrt_statistics_get(e->stats, t->tag, &ms) == DEVRT_OK)
+    if (devrt_statistics_get(t->d->stats, t->tag, &ms) == DEVRT_OK)
       x->mem_high = (uint64_t)ms.bytes.peak;
   }
-  devrt_block_stats_get(e->rt, &f->blocks);
-  devrt_queue_stats_get(e->rt, &f->queue);
   f->checked_queries = atomic_load(&e->checked_queries);
   f->checked_chunks = atomic_load(&e->checked_chunks);
   f->mismatches = atomic_load(&e->mismatches);
@@ -968,80 +998,150 @@ static void sizes(eg_engine* e) {
   e->ord_rows = e->li_rows / EG_LINES_PER_ORDER;
 }
 
-static int setup(eg_engine* e) {
+/* Device i's runtime on `ordinal` (owned: teardown proves nothing leaked) and its facts. */
+static int open_device(eg_engine* e, int i, int ordinal) {
+  eg_device* d = &e->devs[i];
   devrt_config cfg;
   CALL(e, "devrt_config_init", devrt_config_init(&cfg));
-  cfg.ordinal = e->o.ordinal;
+  cfg.ordinal = ordinal;
   unsigned need = (unsigned)e->nt * EG_STREAMS;
   if (cfg.partition_streams < need) cfg.partition_streams = need;
-  CALL(e, "devrt_runtime_create", devrt_runtime_create(&cfg, &e->rt));
+  d->index = i, d->ordinal = ordinal;
+  CALL(e, "devrt_runtime_create", devrt_runtime_create(&cfg, &d->rt));
+  CALL(e, "devrt_device_info_get", devrt_device_info_get(d->rt, &d->di));
+  return 0;
+}
+
+/* The first device, then as many more as --devices asks (the backend's count from --ordinal on,
+ * for `all`), and the tenants spread over them: tenant i on device i % devices. */
+static int open_devices(eg_engine* e) {
   devrt_runtime_info ri;
-  CALL(e, "devrt_runtime_info_get", devrt_runtime_info_get(e->rt, &ri));
-  CALL(e, "devrt_device_info_get", devrt_device_info_get(e->rt, &e->di));
+  if (open_device(e, 0, e->o.ordinal)) return 1;
+  e->nd = 1;
+  CALL(e, "devrt_runtime_info_get", devrt_runtime_info_get(e->devs[0].rt, &ri));
   e->cuda = ri.backend == DEVRT_BACKEND_CUDA;
   snprintf(e->f->backend, sizeof e->f->backend, "%s", ri.backend_name);
-  snprintf(e->f->device, sizeof e->f->device, "%s", e->di.name);
-  sizes(e);
-  if (eg_plan(e)) return 1;
-  budgets(e);
-  e->live_cap = 4096;
-  e->live_ptr = calloc(e->live_cap, sizeof *e->live_ptr);
-  e->live_meta = calloc(e->live_cap, sizeof *e->live_meta);
-  if (!e->live_ptr || !e->live_meta) return eg_fail(e, "out of host memory");
-  if (build_stack(e) || make_layout(e)) return 1;
+  if (e->o.devices != 1 && e->o.devices != 0) {
+    int count = 0;
+    CALL(e, "devrt_peer_count", devrt_peer_count(e->devs[0].rt, &count));
+    int avail = count - e->o.ordinal, want = e->o.devices == EG_ALL_DEVICES ? avail : e->o.devices;
+    if (want > EG_MAX_DEVICES && e->o.devices == EG_ALL_DEVICES) want = EG_MAX_DEVICES;
+    if (want < 1 || want > avail || want > EG_MAX_DEVICES)
+      return eg_fail(e,
+                     "--devices %d: the %s backend has %d device(s) from ordinal %d (at most %d "
+                     "used; DEVRT_HOST_DEVICES sets the host backend's)",
+                     want, e->cuda ? "cuda" : "host", avail, e->o.ordinal, EG_MAX_DEVICES);
+    for (int i = 1; i < want; i++, e->nd++)
+      if (open_device(e, i, e->o.ordinal + i)) return 1;
+  }
+  for (int i = 0; i < e->nt; i++) {
+    eg_device* d = &e->devs[i % e->nd];
+    e->t[i].d = d, e->t[i].index = (unsigned)d->ntenants;
+    d->tenant[d->ntenants++] = i;
+  }
+  return 0;
+}
+
+/* "132 SMs: 16+116" (and why it fell back) in buf. */
+static void layout_text(const eg_engine* e, const devrt_layout_plan* p, char* buf, size_t n) {
+  int at = snprintf(buf, n, "%u SMs:", p->device_sms);
+  for (unsigned i = 0; i < p->partitions && at < (int)n - 8; i++)
+    at += snprintf(buf + at, n - (size_t)at, "%s%u", i ? "+" : " ", p->sm_counts[i]);
+  if (!p->isolated && p->fallback_reason[0] && !e->o.plain && at < (int)n)
+    snprintf(buf + at, n - (size_t)at, " (%s)", p->fallback_reason);
+}
+
+/* The engine's kernels on device d: its fatbin on cuda, its host table on the host backend. */
+static int load_kernels(eg_engine* e, eg_device* d) {
   if (e->cuda) {
 #ifdef EG_HAVE_FATBIN
-    CALL(e, "devrt_module_load (engine kernels)", devrt_module_load(e->rt, eg_fatbin, &e->mod));
+    CALL(e, "devrt_module_load (engine kernels)", devrt_module_load(d->rt, eg_fatbin, &d->mod));
 #else
     return eg_fail(e, "this devrt was built without nvcc: the engine's kernels have no CUDA image");
 #endif
   } else {
     CALL(e, "devrt_module_load_host",
-         devrt_module_load_host(e->rt, eg_host_kernels, eg_host_kernel_count, &e->mod));
+         devrt_module_load_host(d->rt, eg_host_kernels, eg_host_kernel_count, &d->mod));
   }
   for (int s = 0; s < EG_NSTAGES; s++)
-    CALL(e, kernel_names[s], devrt_kernel_get(e->mod, kernel_names[s], &e->k[s]));
-  const devrt_layout_plan* p = &e->linfo.plan;
+    CALL(e, kernel_names[s], devrt_kernel_get(d->mod, kernel_names[s], &d->k[s]));
+  return 0;
+}
+
+static int setup(eg_engine* e) {
+  if (open_devices(e)) return 1;
+  /* Several devices: their links and communicators first (it fails here without NCCL). */
+  if (e->nd > 1 && eg_dist_setup(e)) return 1;
+  bool same = true;
+  for (int i = 1; i < e->nd; i++) same = same && !strcmp(e->devs[i].di.name, e->devs[0].di.name);
+  int at = snprintf(e->f->device, sizeof e->f->device, e->nd > 1 && same ? "%d x " : "", e->nd);
+  for (int i = 0; i < (same ? 1 : e->nd) && at < (int)sizeof e->f->device; i++)
+    at += snprintf(e->f->device + at, sizeof e->f->device - (size_t)at, "%s%s", i ? ", " : "",
+                   e->devs[i].di.name);
+  sizes(e);
+  if (eg_plan(e)) return 1;
+  for (int i = 0; i < e->nd; i++) budgets(e, &e->devs[i]);
+  e->live_cap = 4096;
+  e->live_ptr = calloc(e->live_cap, sizeof *e->live_ptr);
+  e->live_meta = calloc(e->live_cap, sizeof *e->live_meta);
+  if (!e->live_ptr || !e->live_meta) return eg_fail(e, "out of host memory");
+  for (int i = 0; i < e->nd; i++) {
+    eg_device* d = &e->devs[i];
+    if (build_stack(e, d) || (d->ntenants && make_layout(e, d)) || load_kernels(e, d)) return 1;
+    if (d->layout) layout_text(e, &d->linfo.plan, e->f->d[i].layout, sizeof e->f->d[i].layout);
+  }
+  const devrt_layout_plan* p = &e->devs[0].linfo.plan;
   snprintf(e->f->mode, sizeof e->f->mode, "%s",
            e->o.plain    ? "plain streams"
            : p->isolated ? "partitions"
                          : "fallback");
-  int at = snprintf(e->f->layout, sizeof e->f->layout, "%u SMs:", p->device_sms);
-  for (unsigned i = 0; i < p->partitions && at < (int)sizeof e->f->layout - 8; i++)
-    at += snprintf(e->f->layout + at, sizeof e->f->layout - (size_t)at, "%s%u", i ? "+" : " ",
-                   p->sm_counts[i]);
-  if (!p->isolated && p->fallback_reason[0] && !e->o.plain)
-    snprintf(e->f->layout + at, sizeof e->f->layout - (size_t)at, " (%s)", p->fallback_reason);
+  snprintf(e->f->layout, sizeof e->f->layout, "%s", e->f->d[0].layout);
   if (e->o.measure && measure(e)) return 1;
   for (int i = 0; i < e->nt; i++)
     if (tenant_init(e, i)) return 1;
   return 0;
 }
 
-/* Everything back, in order; the runtime refuses to go while a block, a semaphore or the layout
- * lives, so a leak in the engine fails the run. */
+/* Everything back, in order; a runtime refuses to go while a block, a semaphore, the layout or a
+ * peer link lives, so a leak in the engine fails the run. */
 static void teardown(eg_engine* e) {
   for (int i = 0; i < e->nt; i++) {
     eg_tenant* t = &e->t[i];
+    devrt_runtime* rt = t->d ? t->d->rt : NULL;
     for (int s = 0; s < EG_STREAMS && t->s[s]; s++) {
-      if (devrt_stream_synchronize(e->rt, t->s[s]) != DEVRT_OK)
+      if (devrt_stream_synchronize(rt, t->s[s]) != DEVRT_OK)
         eg_fail(e, "teardown: %s", devrt_last_error());
     }
     for (int s = 0; s < EG_STAMPED; s++)
-      if (t->stamps[s] && devrt_block_free(e->rt, t->stamps[s]) != DEVRT_OK)
+      if (t->stamps[s] && devrt_block_free(rt, t->stamps[s]) != DEVRT_OK)
         eg_fail(e, "teardown: devrt_block_free: %s", devrt_last_error());
     for (int s = 0; s < EG_STREAMS; s++)
-      if (t->s[s]) devrt_stream_release(e->rt, t->s[s]);
+      if (t->s[s]) devrt_stream_release(rt, t->s[s]);
     devrt_semaphore* sems[] = {t->gsem[0], t->gsem[1], t->ssem, t->credit, t->asem, t->qsem};
     for (int s = 0; s < 6; s++)
       if (sems[s]) devrt_semaphore_destroy(sems[s]);
   }
-  if (e->rt) devrt_reap_pending(e->rt, DEVRT_REAP_WAIT, NULL);
-  if (e->layout && devrt_layout_destroy(e->rt, e->layout) != DEVRT_OK)
-    eg_fail(e, "teardown: devrt_layout_destroy: %s", devrt_last_error());
-  if (e->mod) devrt_module_unload(e->rt, e->mod);
-  if (e->rt && devrt_runtime_destroy(e->rt) != DEVRT_OK)
-    eg_fail(e, "teardown: devrt_runtime_destroy: %s", devrt_last_error());
+  for (int i = 0; i < e->nd; i++)
+    if (e->devs[i].comm && devrt_comm_destroy(e->devs[i].comm) != DEVRT_OK)
+      eg_fail(e, "teardown: devrt_comm_destroy: %s", devrt_last_error());
+  for (int i = 0; i < e->nd; i++) /* the peer links (several devices) */
+    for (int j = i + 1; j < e->nd; j++) {
+      devrt_peer_info pi;
+      if (e->devs[i].rt && e->devs[j].rt &&
+          devrt_peer_query(e->devs[i].rt, e->devs[j].rt, &pi) == DEVRT_OK && pi.enabled &&
+          devrt_peer_disable(e->devs[i].rt, e->devs[j].rt) != DEVRT_OK)
+        eg_fail(e, "teardown: devrt_peer_disable: %s", devrt_last_error());
+    }
+  for (int i = 0; i < e->nd; i++) {
+    eg_device* d = &e->devs[i];
+    if (!d->rt) continue;
+    devrt_reap_pending(d->rt, DEVRT_REAP_WAIT, NULL);
+    if (d->layout && devrt_layout_destroy(d->rt, d->layout) != DEVRT_OK)
+      eg_fail(e, "teardown: devrt_layout_destroy: %s", devrt_last_error());
+    if (d->mod) devrt_module_unload(d->rt, d->mod);
+    if (devrt_runtime_destroy(d->rt) != DEVRT_OK)
+      eg_fail(e, "teardown: devrt_runtime_destroy: %s", devrt_last_error());
+  }
 }
 
 static void release(eg_engine* e) {
@@ -1079,7 +1179,7 @@ int eg_run(const eg_options* o, eg_figures* f) {
       phases(e);
       if (!calibrate(e)) read_stamps(e);
     }
-    if (e->stats) figures(e); /* a failed run still reports what it did */
+    if (e->devs[0].stats) figures(e); /* a failed run still reports what it did */
   }
   teardown(e);
   if (!atomic_load(&e->failed)) check_runtime(e);
@@ -1087,7 +1187,7 @@ int eg_run(const eg_options* o, eg_figures* f) {
   for (int pass = 0; pass < 2; pass++) { /* the files show the verdict; failing to write fails */
     f->ok = !atomic_load(&e->failed);
     snprintf(f->error, sizeof f->error, "%s", e->error);
-    if (pass || !e->stats) break;
+    if (pass || !e->devs[0].stats) break;
     if (o->trace_path) eg_write_trace(e, o->trace_path);
     if (o->report_dir) eg_write_report(e, f, o->report_dir);
   }

@@ -1,7 +1,8 @@
 /* engine.h: the demo engine behind `devrt demo` and `devrt bench demo`: a small multi-tenant
  * relational engine built on devrt's public API alone (include/devrt). Its options and figures,
- * and the state its files share (engine.c runs it; reference.c checks it; output.c, trace.c and
- * report.c show it). docs/demo.md describes the model. */
+ * and the state its files share (engine.c runs it; distributed.c runs the query over several
+ * devices; reference.c checks them; output.c, trace.c and report.c show them). docs/demo.md
+ * describes the model. */
 #ifndef EG_ENGINE_H
 #define EG_ENGINE_H
 
@@ -16,9 +17,12 @@
 #define EG_STREAMS 4 /* per tenant: two generate streams, the scan stream, the check stream */
 #define EG_STAMPED 3 /* streams whose launches leave device stamps: gen0, gen1, scan */
 #define EG_RING 8    /* queries a batch tenant may have waiting for its checker */
+#define EG_MAX_DEVICES 8
+#define EG_ALL_DEVICES (-1) /* --devices all */
 
 typedef struct eg_options {
-  int ordinal;
+  int ordinal;         /* the first device's ordinal */
+  int devices;         /* --devices: how many (0: 1), or EG_ALL_DEVICES (ordinal .. the last one) */
   int tenants;         /* 2..EG_MAX_TENANTS: tenant 0 is interactive, the others batch */
   double scale;        /* TPC-H scale factor, 6 M lineitem rows each (0: the backend's default) */
   uint64_t chunk_rows; /* rows per chunk (morsel); 0: the backend's default */
@@ -43,6 +47,7 @@ typedef struct eg_lat {
 
 typedef struct eg_tenant_figures {
   bool interactive, isolated;
+  int device; /* index into eg_figures.d */
   unsigned sms;
   uint64_t queries, rows, bytes, chunks;
   double seconds, rows_per_s, gb_per_s;
@@ -51,15 +56,30 @@ typedef struct eg_tenant_figures {
   uint64_t held_back; /* batch: allocations put off to leave the interactive tenant's share */
 } eg_tenant_figures;
 
+typedef struct eg_device_figures {
+  int ordinal, tenants;
+  char layout[160];
+  uint64_t global_budget, sum_sub, peak_held;
+} eg_device_figures;
+
+/* The distributed Q1 (several devices only): queries run, and the device results checked (each
+ * device's copy of the all-reduced result is compared with the reference). */
+typedef struct eg_dist_figures {
+  uint64_t queries, rows, chunks, checked;
+  double seconds, rows_per_s;
+} eg_dist_figures;
+
 typedef struct eg_figures {
-  char backend[16], device[256], mode[24], layout[160];
+  char backend[16], device[256], mode[24], layout[160]; /* device and layout: the first device's */
   double scale;
   uint64_t lineitem_rows, orders_rows, chunk_rows;
-  int tenants, credits;
-  uint64_t global_budget, sum_sub, peak_held;
+  int tenants, credits, devices;
+  uint64_t global_budget, sum_sub, peak_held; /* summed over the devices */
   eg_tenant_figures t[EG_MAX_TENANTS];
-  devrt_block_stats blocks;
-  devrt_queue_stats queue;
+  eg_device_figures d[EG_MAX_DEVICES];
+  eg_dist_figures dist;
+  devrt_block_stats blocks; /* summed over the devices' runtimes */
+  devrt_queue_stats queue;  /* the same (the counters the engine shows) */
   uint64_t checked_queries, checked_chunks, mismatches;
   double wall_s, alone_s, load_s;
   double busy;               /* the batch phase: union of kernel spans / its span, device stamps */
@@ -141,12 +161,33 @@ typedef struct eg_pending {
 
 struct eg_engine;
 
+/* One device: its runtime, with the engine's own resource stack, its layout (one partition per
+ * tenant on it), the kernels loaded there, and, with several devices, its communicator. */
+typedef struct eg_device {
+  int index, ordinal;
+  devrt_runtime* rt;
+  devrt_device_info di;
+  devrt_resource* budget; /* the top of the stack the engine installs */
+  devrt_resource* stats;
+  devrt_layout* layout; /* NULL on a device without tenants */
+  devrt_layout_info linfo;
+  devrt_module* mod;
+  devrt_kernel* k[EG_NSTAGES];
+  int tenant[EG_MAX_TENANTS], ntenants; /* its tenants (tenant i runs on device i % devices) */
+  uint64_t global_budget, sum_sub, peak_held;
+  uint64_t reserve;     /* what batch tenants leave free for the interactive one (its device) */
+  int64_t clock_offset; /* device ns - host ns (cuda's %globaltimer vs CLOCK_MONOTONIC) */
+  devrt_comm* comm;     /* its rank of the all-reduce (several devices) */
+} eg_device;
+
 typedef struct eg_tenant {
   struct eg_engine* e;
+  eg_device* d; /* where it runs */
   int id;
   bool interactive;
-  const char* tag; /* a literal: tags outlive the runtime */
-  devrt_partition* part;
+  const char* tag;       /* a literal: tags outlive the runtime */
+  devrt_partition* part; /* partition `index` of its device's layout */
+  unsigned index;
   devrt_partition_info pinfo;
   unsigned grid; /* blocks a launch gets: the partition's SMs x 4 (host: its workers) */
   uint64_t sub_budget;
@@ -183,25 +224,16 @@ typedef struct eg_tenant {
 
 typedef struct eg_engine {
   eg_options o;
-  devrt_runtime* rt;
-  devrt_device_info di;
+  eg_device devs[EG_MAX_DEVICES];
+  int nd; /* devices: 1 unless --devices */
   bool cuda;
-  devrt_resource* budget; /* the top of the stack the engine installs */
-  devrt_resource* stats;
-  devrt_layout* layout;
-  devrt_layout_info linfo;
-  devrt_module* mod;
-  devrt_kernel* k[EG_NSTAGES];
   eg_tenant t[EG_MAX_TENANTS];
   int nt;
   eg_variant* var;
   int nvar, nq1, njoin, ninter; /* variants: nq1 Q1s, njoin joins (batch), ninter interactive */
   uint64_t li_rows, ord_rows, chunk_rows, ichunk_rows;
-  uint64_t global_budget, sum_sub;
-  uint64_t reserve; /* what batch tenants leave free in the device budget for the interactive one */
   uint64_t t0, t_alone0, t_alone1, t_load0, t_load1; /* host ns */
-  int64_t clock_offset; /* device ns - host ns (cuda's %globaltimer vs CLOCK_MONOTONIC) */
-  _Atomic int phase;    /* 0 alone, 1 load, 2 done */
+  _Atomic int phase;                                 /* 0 alone, 1 load, 2 done */
   _Atomic int alone_running, batch_running;
   _Atomic bool failed;
   pthread_mutex_t err_mu;
@@ -215,12 +247,21 @@ typedef struct eg_engine {
   void** live_ptr;                      /* under mem_mu: allocations the log saw, by address */
   uint64_t* live_meta;                  /* under mem_mu: tenant << 56 | bytes */
   size_t live_cap, live_used;           /* under mem_mu (live_cap: fixed at setup) */
-  eg_dev_sample* dev;
+  eg_dev_sample* dev;                   /* the first device's */
   size_t ndev, capdev;
   int corrupt[3]; /* DEVRT_DEMO_CORRUPT=tenant:query:chunk flips a bit of that chunk's copied slot
                    before the check (the tests' proof that a mismatch fails the run); -1: off */
   eg_figures* f;
 } eg_engine;
+
+/* A devrt call that must succeed: else the run fails (return 1), naming what and devrt's message.
+ */
+#define CALL(e, what, expr)                                                             \
+  do {                                                                                  \
+    devrt_status s_ = (expr);                                                           \
+    if (s_ != DEVRT_OK)                                                                 \
+      return eg_fail(e, "%s: %s: %s", what, devrt_status_name(s_), devrt_last_error()); \
+  } while (0)
 
 /* Host ns (CLOCK_MONOTONIC): the host's %globaltimer. */
 uint64_t eg_now_ns(void);
@@ -236,6 +277,21 @@ void eg_plan_free(eg_engine* e);
  * tenant and chunk. */
 int eg_check(eg_engine* e, const eg_tenant* t, const eg_variant* v, uint32_t query,
              const uint64_t* slots);
+
+/* A device's address of block b (NULL after eg_fail). */
+void* eg_block_ptr(eg_engine* e, eg_device* d, devrt_block b);
+/* The charge of an allocation of n bytes under devrt's caching layer (its size class). */
+uint64_t eg_charge(uint64_t n);
+
+/* distributed.c: the distributed Q1 over every device (several devices): the communicators
+ * (eg_dist_setup, which fails naming DEVRT_NCCL_LIBRARY where cuda has no NCCL), the queries
+ * (eg_dist_run), and the bytes a device needs for them (eg_dist_bytes). 0, or 1 after eg_fail. */
+int eg_dist_setup(eg_engine* e);
+int eg_dist_run(eg_engine* e);
+uint64_t eg_dist_bytes(const eg_engine* e);
+/* Compares a device's copy of a distributed query's result with the reference total. */
+int eg_check_total(eg_engine* e, const eg_variant* v, uint32_t query, int device,
+                   const uint64_t* total);
 
 /* output.c */
 void eg_progress(eg_engine* e, bool final);

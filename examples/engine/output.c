@@ -1,5 +1,6 @@
 /* output.c: what `devrt demo` prints: the live progress line (a terminal: one line redrawn; else
- * a plain line a second), the final table, and the same figures as JSON. */
+ * a plain line a second), the final table, and the same figures as JSON. With several devices
+ * the table gains a line per device, a device column and the distributed query's line. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ void eg_progress(eg_engine* e, bool final) {
     snprintf(
         line + at, sizeof line - (size_t)at, " | mem %s/%s",
         mib(a, e->dev[e->ndev - 1].live + e->dev[e->ndev - 1].pending + e->dev[e->ndev - 1].cached),
-        mib(b, e->global_budget));
+        mib(b, e->devs[0].global_budget));
   if (e->o.progress)
     fprintf(stderr, "\r%s\x1b[K%s", line, final ? "\n" : "");
   else
@@ -80,34 +81,58 @@ static const char* us(char* buf, const eg_lat* l, double v) {
 
 void eg_print_table(const eg_figures* f, FILE* out) {
   char a[16], b[16], c[16], d[16];
-  fprintf(out, "devrt demo: %s backend (%s), %d tenants on %s (%s)\n", f->backend, f->device,
-          f->tenants, f->mode, f->layout);
+  bool multi = f->devices > 1;
+  if (multi)
+    fprintf(out, "devrt demo: %s backend (%s), %d tenants on %d devices, %s\n", f->backend,
+            f->device, f->tenants, f->devices, f->mode);
+  else
+    fprintf(out, "devrt demo: %s backend (%s), %d tenants on %s (%s)\n", f->backend, f->device,
+            f->tenants, f->mode, f->layout);
   fprintf(out,
           "  lineitem %" PRIu64 " rows, orders %" PRIu64 " (scale %g), chunks of %" PRIu64
           " rows, %d in flight a tenant\n",
           f->lineitem_rows, f->orders_rows, f->scale, f->chunk_rows, f->credits);
-  fprintf(out, "  global budget %s (the sub-budgets sum to %s), peak held %s\n\n",
-          mib(a, f->global_budget), mib(b, f->sum_sub), mib(c, f->peak_held));
-  fprintf(out, "%-6s %-11s %4s %8s %9s %7s %10s %10s %10s %10s %22s %8s\n", "tenant", "kind", "SMs",
-          "queries", "rows/s", "GB/s", "p50 alone", "p99 alone", "p50 load", "p99 load",
-          "mem high / sub-budget", "retries");
+  fprintf(out, "  global budget%s %s (the sub-budgets sum to %s), peak held %s\n",
+          multi ? "s, all devices," : "", mib(a, f->global_budget), mib(b, f->sum_sub),
+          mib(c, f->peak_held));
+  for (int i = 0; multi && i < f->devices; i++) {
+    const eg_device_figures* x = &f->d[i];
+    fprintf(out, "  device %d (ordinal %d): %d tenants on %s; global budget %s, peak held %s\n", i,
+            x->ordinal, x->tenants, x->tenants ? x->layout : "no layout", mib(a, x->global_budget),
+            mib(b, x->peak_held));
+  }
+  fprintf(out, "\n%-6s %s%-11s %4s %8s %9s %7s %10s %10s %10s %10s %22s %8s\n", "tenant",
+          multi ? "dev " : "", "kind", "SMs", "queries", "rows/s", "GB/s", "p50 alone", "p99 alone",
+          "p50 load", "p99 load", "mem high / sub-budget", "retries");
   for (int i = 0; i < f->tenants; i++) {
     const eg_tenant_figures* t = &f->t[i];
-    char la[4][16], mem[40];
+    char la[4][16], mem[40], dev[8] = "";
     snprintf(mem, sizeof mem, "%s / %s", mib(a, t->mem_high), mib(b, t->sub_budget));
-    fprintf(out, "%-6d %-11s %4u %8" PRIu64 " %9s %7.2f %10s %10s %10s %10s %22s %8" PRIu64 "\n", i,
-            t->interactive ? "interactive" : "batch", t->sms, t->queries, si(d, t->rows_per_s),
-            t->gb_per_s, us(la[0], &t->alone, t->alone.p50), us(la[1], &t->alone, t->alone.p99),
-            us(la[2], &t->load, t->load.p50), us(la[3], &t->load, t->load.p99), mem, t->retries);
+    if (multi) snprintf(dev, sizeof dev, "%-3d ", t->device);
+    fprintf(out, "%-6d %s%-11s %4u %8" PRIu64 " %9s %7.2f %10s %10s %10s %10s %22s %8" PRIu64 "\n",
+            i, dev, t->interactive ? "interactive" : "batch", t->sms, t->queries,
+            si(d, t->rows_per_s), t->gb_per_s, us(la[0], &t->alone, t->alone.p50),
+            us(la[1], &t->alone, t->alone.p99), us(la[2], &t->load, t->load.p50),
+            us(la[3], &t->load, t->load.p99), mem, t->retries);
   }
   fprintf(out,
           "\nchecks: %" PRIu64 " queries, %" PRIu64
           " chunks compared with the CPU reference, %" PRIu64 " mismatches\n",
           f->checked_queries, f->checked_chunks, f->mismatches);
+  if (multi)
+    fprintf(out,
+            "distributed Q1 over %d devices: %" PRIu64 " queries, %" PRIu64
+            " chunks, %s rows/s; "
+            "partials combined by all-reduce, %" PRIu64
+            " device results compared with the CPU "
+            "reference\n",
+            f->devices, f->dist.queries, f->dist.chunks, si(d, f->dist.rows_per_s),
+            f->dist.checked);
   fprintf(out,
-          "use tracking (the runtime's): %" PRIu64 " waits inserted, %" PRIu64
+          "use tracking (the runtime%s): %" PRIu64 " waits inserted, %" PRIu64
           " skipped on the same stream, %" PRIu64 " coalesced\n",
-          f->blocks.waits_inserted, f->blocks.waits_skipped_same_stream, f->blocks.waits_coalesced);
+          multi ? "s'" : "'s", f->blocks.waits_inserted, f->blocks.waits_skipped_same_stream,
+          f->blocks.waits_coalesced);
   uint64_t retries = 0, held = 0;
   for (int i = 0; i < f->tenants; i++) retries += f->t[i].retries, held += f->t[i].held_back;
   fprintf(out,
@@ -148,14 +173,15 @@ void eg_print_json(const eg_figures* f, FILE* out) {
   fprintf(out, "\"tenants\":[");
   for (int i = 0; i < f->tenants; i++) {
     const eg_tenant_figures* t = &f->t[i];
-    fprintf(out,
-            "%s{\"id\":%d,\"kind\":\"%s\",\"sms\":%u,\"isolated\":%s,\"queries\":%" PRIu64
-            ",\"rows\":%" PRIu64 ",\"bytes_scanned\":%" PRIu64 ",\"chunks\":%" PRIu64
-            ",\"seconds\":%s,\"rows_per_s\":%s,\"gb_per_s\":%s,",
-            i ? "," : "", i, t->interactive ? "interactive" : "batch", t->sms,
-            t->isolated ? "true" : "false", t->queries, t->rows, t->bytes, t->chunks,
-            json_num(a, "%.6f", t->seconds), json_num(b, "%.1f", t->rows_per_s),
-            json_num(c, "%.4f", t->gb_per_s));
+    fprintf(
+        out,
+        "%s{\"id\":%d,\"device\":%d,\"kind\":\"%s\",\"sms\":%u,\"isolated\":%s,\"queries\":%" PRIu64
+        ",\"rows\":%" PRIu64 ",\"bytes_scanned\":%" PRIu64 ",\"chunks\":%" PRIu64
+        ",\"seconds\":%s,\"rows_per_s\":%s,\"gb_per_s\":%s,",
+        i ? "," : "", i, t->device, t->interactive ? "interactive" : "batch", t->sms,
+        t->isolated ? "true" : "false", t->queries, t->rows, t->bytes, t->chunks,
+        json_num(a, "%.6f", t->seconds), json_num(b, "%.1f", t->rows_per_s),
+        json_num(c, "%.4f", t->gb_per_s));
     lat_json(out, "alone", &t->alone);
     fputc(',', out);
     lat_json(out, "load", &t->load);
@@ -164,7 +190,20 @@ void eg_print_json(const eg_figures* f, FILE* out) {
             ",\"held_back\":%" PRIu64 "}",
             t->mem_high, t->sub_budget, t->retries, t->held_back);
   }
-  fprintf(out, "],");
+  fprintf(out, "],\"devices\":[");
+  for (int i = 0; i < f->devices; i++) {
+    const eg_device_figures* x = &f->d[i];
+    fprintf(out,
+            "%s{\"index\":%d,\"ordinal\":%d,\"tenants\":%d,\"layout\":%s,\"global_budget\":%" PRIu64
+            ",\"sub_budgets_sum\":%" PRIu64 ",\"peak_held\":%" PRIu64 "}",
+            i ? "," : "", i, x->ordinal, x->tenants, json_quote(s, sizeof s, x->layout),
+            x->global_budget, x->sum_sub, x->peak_held);
+  }
+  fprintf(out,
+          "],\"distributed\":{\"queries\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"rows\":%" PRIu64
+          ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s,\"rows_per_s\":%s},",
+          f->dist.queries, f->dist.chunks, f->dist.rows, f->dist.checked,
+          json_num(a, "%.6f", f->dist.seconds), json_num(b, "%.1f", f->dist.rows_per_s));
   fprintf(out,
           "\"checks\":{\"queries\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
           f->checked_queries, f->checked_chunks, f->mismatches);

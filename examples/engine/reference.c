@@ -1,6 +1,7 @@
 /* reference.c: the queries a run asks (variants of the Q1 and join shapes, with their row ranges
  * and chunking), their CPU reference computed from the same generator as the kernels (one pass
- * over the rows on several threads), and the check of a query's slots against it. */
+ * over the rows on several threads), and the checks of a query's slots (or of a distributed
+ * query's all-reduced result) against it. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,33 @@ static const char* const q1_fields[4] = {"count", "sum_qty", "sum_price", "sum_d
 static const char* const priorities[EG_PRIORITIES] = {"1-URGENT", "2-HIGH", "3-MEDIUM",
                                                       "4-NOT SPECIFIED", "5-LOW"};
 
+/* Word w of v's aggregate, named ("group A/F sum_price", "2-HIGH revenue"), in buf (48 bytes). */
+static const char* word_name(char* buf, const eg_variant* v, unsigned w) {
+  if (v->kind == EG_Q1)
+    snprintf(buf, 48, "group %s %s", q1_groups[w / 4 % EG_GROUPS], q1_fields[w % 4]);
+  else if (w < 2 * EG_PRIORITIES)
+    snprintf(buf, 48, "%s %s", priorities[w / 2], w % 2 ? "revenue" : "count");
+  else
+    snprintf(buf, 48, "unused word %u", w);
+  return buf;
+}
+
+int eg_check_total(eg_engine* e, const eg_variant* v, uint32_t query, int device,
+                   const uint64_t* total) {
+  const uint64_t* want = v->ref + (size_t)v->nchunks * EG_AGG_WORDS;
+  for (unsigned w = 0; w < EG_AGG_WORDS; w++) {
+    if (total[w] == want[w]) continue;
+    char what[48];
+    atomic_fetch_add(&e->mismatches, 1);
+    return eg_fail(e,
+                   "check failed: distributed query %" PRIu32
+                   " %s, device %d's all-reduced "
+                   "result: %s is %" PRIu64 ", the reference %" PRIu64,
+                   query, v->name, device, word_name(what, v, w), total[w], want[w]);
+  }
+  return 0;
+}
+
 int eg_check(eg_engine* e, const eg_tenant* t, const eg_variant* v, uint32_t query,
              const uint64_t* slots) {
   atomic_fetch_add(&e->checked_queries, 1);
@@ -160,12 +188,7 @@ int eg_check(eg_engine* e, const eg_tenant* t, const eg_variant* v, uint32_t que
         snprintf(where, sizeof where, "chunk %u of %u", k, v->nchunks);
       else
         snprintf(where, sizeof where, "the merged result");
-      if (v->kind == EG_Q1)
-        snprintf(what, sizeof what, "group %s %s", q1_groups[w / 4 % EG_GROUPS], q1_fields[w % 4]);
-      else if (w < 2 * EG_PRIORITIES)
-        snprintf(what, sizeof what, "%s %s", priorities[w / 2], w % 2 ? "revenue" : "count");
-      else
-        snprintf(what, sizeof what, "unused word %u", w);
+      word_name(what, v, w);
       return eg_fail(e,
                      "check failed: tenant %d (%s), query %" PRIu32 " %s, %s: %s is %" PRIu64
                      ", the reference %" PRIu64,

@@ -99,7 +99,7 @@ enum { NT_MAX = EG_MAX_TENANTS + 2, POINTS = 400 };
 static void memory_chart(FILE* f, const eg_engine* e) {
   int h = 300, bottom = h - 30;
   uint64_t t0 = e->t_alone0, t1 = e->t_load1 > t0 ? e->t_load1 : t0 + 1;
-  double span = (double)(t1 - t0) / 1e9, ymax = (double)e->global_budget * 1.1;
+  double span = (double)(t1 - t0) / 1e9, ymax = (double)e->devs[0].global_budget * 1.1;
   svg_open(f, "memory", h,
            "Memory over time: each tenant's live bytes (logging layer), the device's "
            "pending and cached bytes, against the global budget");
@@ -127,7 +127,7 @@ static void memory_chart(FILE* f, const eg_engine* e) {
               bottom - y[s][p] / ymax * (bottom - TOP));
     fprintf(f, " %d,%d\"/>\n", LEFT + PLOT_W, bottom);
   }
-  double by = bottom - (double)e->global_budget / ymax * (bottom - TOP);
+  double by = bottom - (double)e->devs[0].global_budget / ymax * (bottom - TOP);
   fprintf(f,
           "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" "
           "stroke-dasharray=\"6 4\"/>\n",

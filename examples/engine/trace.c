@@ -36,12 +36,14 @@ int eg_write_trace(eg_engine* e, const char* path) {
           "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"backend\":\"%s\",\"cut_at_us\":%.3f},"
           "\"traceEvents\":[",
           e->f->backend, cut == UINT64_MAX ? -1.0 : us(e, cut));
-  meta(f, &first, DEVICE_PID, 0, "process_name", "device memory (global budget)");
+  meta(f, &first, DEVICE_PID, 0, "process_name",
+       e->nd > 1 ? "device 0 memory (global budget)" : "device memory (global budget)");
   for (int i = 0; i < e->nt; i++) {
     const eg_tenant* t = &e->t[i];
-    char name[160];
-    snprintf(name, sizeof name, "tenant %d (%s): partition %d, %u SMs%s", i,
-             t->interactive ? "interactive" : "batch", i, t->pinfo.sm_count,
+    char name[160], dev[24] = "";
+    if (e->nd > 1) snprintf(dev, sizeof dev, "device %d, ", t->d->index);
+    snprintf(name, sizeof name, "tenant %d (%s): %spartition %u, %u SMs%s", i,
+             t->interactive ? "interactive" : "batch", dev, t->index, t->pinfo.sm_count,
              t->pinfo.isolated ? "" : ", plain streams");
     meta(f, &first, i + 1, 0, "process_name", name);
     fprintf(f,

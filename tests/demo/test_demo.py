@@ -2,7 +2,9 @@
 reference, the figures (--json) consistent with the run asked for, memory within the budgets, no
 dependency through the host; the trace well formed (a process per tenant, a track per stream,
 launches with device times, waits, memory events); a corrupted chunk fails the run naming its query,
-tenant and chunk; partitions of plain streams; `devrt bench demo --json`; bad options refused.
+tenant and chunk; partitions of plain streams; `--devices all` over two host devices (tenants
+spread, the distributed Q1's all-reduced result checked on each device); `devrt bench demo
+--json`; bad options refused.
 
     python3 test_demo.py PATH/TO/devrt          host backend
     python3 test_demo.py PATH/TO/devrt --gpu    cuda backend: exit 77 without a GPU (a failure
@@ -121,6 +123,60 @@ class Demo(unittest.TestCase):
         self.assertIn("0 host hops", out)
         self.assertIn("OK: every check passed", out)
         self.assertIn("[done", err)  # the progress, plain lines when not on a terminal
+        self.assertIn("\ntenant kind ", out)  # one device: no device column, no distributed query
+        self.assertNotIn("distributed", out)
+
+    def devices_all(self, extra=()):
+        """`--devices all` over two host devices (on a GPU: every GPU), or skips where the
+        machine has one GPU or no NCCL (unless DEVRT_REQUIRE_NCCL=1)."""
+        rc, doc, err = self.demo_json(["--devices", "all", *extra], DEVRT_HOST_DEVICES="2")
+        if GPU and rc == 0 and len(doc["devices"]) < 2:
+            self.skipTest("one GPU")
+        if GPU and rc and "DEVRT_NCCL_LIBRARY" in doc["error"] and \
+                os.environ.get("DEVRT_REQUIRE_NCCL") != "1":
+            self.skipTest("no libnccl: " + doc["error"])
+        self.assertEqual(rc, 0, doc["error"] + err)
+        return doc
+
+    def test_devices_all(self):
+        doc = self.devices_all()
+        self.assertTrue(doc["ok"], doc["error"])
+        devs = doc["devices"]
+        n = len(devs)
+        if GPU:
+            self.assertGreaterEqual(n, 2)
+        else:
+            self.assertEqual(n, 2)
+        self.assertEqual([t["device"] for t in doc["tenants"]], [i % n for i in range(4)])
+        self.assertEqual([d["ordinal"] for d in devs], list(range(n)))
+        for d in devs:
+            self.assertLessEqual(d["peak_held"], d["global_budget"])
+        mem = doc["memory"]
+        self.assertEqual(mem["global_budget"], sum(d["global_budget"] for d in devs))
+        for t in doc["tenants"]:
+            self.assertLessEqual(t["mem_high"], t["sub_budget"])
+            self.assertGreater(t["queries"], 0)
+        dist = doc["distributed"]
+        self.assertEqual(dist["queries"], 4)  # every full-table Q1 variant once
+        self.assertEqual(dist["device_results_checked"], 4 * n)
+        self.assertEqual(dist["rows"], 4 * doc["lineitem_rows"])
+        self.assertEqual(doc["checks"]["mismatches"], 0)
+        self.assertEqual(doc["queue"]["host_hops"], 0)
+
+    def test_devices_table(self):
+        rc, out, err = run([*size_args(), "--devices", "2"], DEVRT_HOST_DEVICES="2")
+        if GPU and rc:
+            self.skipTest("two GPUs with NCCL needed: " + out[-300:])
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("\ntenant dev kind ", out)
+        self.assertIn("device 1 (ordinal 1): 2 tenants", out)
+        self.assertIn("distributed Q1 over 2 devices: 4 queries", out)
+        self.assertIn("8 device results compared with the CPU reference", out)
+        self.assertIn("OK: every check passed", out)
+        if not GPU:  # more devices than the backend has: a clear refusal
+            rc, out, err = run([*size_args(), "--quiet", "--devices", "3"], DEVRT_HOST_DEVICES="2")
+            self.assertEqual(rc, 1)
+            self.assertIn("--devices 3: the host backend has 2 device(s)", out + err)
 
     def test_mismatch_fails_naming_it(self):
         # tenant 2's query 0 is a Q1 over the whole table: flip a bit of its chunk 1's slot
@@ -151,10 +207,13 @@ class Demo(unittest.TestCase):
 
     def test_bad_options(self):
         for args in (["--tenants", "1"], ["--tenants", "17"], ["--scale", "x"], ["--scale", "0"],
-                     ["--chunk"], ["--nonsense"]):
+                     ["--chunk"], ["--nonsense"], ["--devices", "0"], ["--devices", "x"],
+                     ["--devices"]):
             rc, out, err = run(args)
             self.assertEqual(rc, 2, f"devrt demo {' '.join(args)}: {err}")
             self.assertIn("usage" if args[0] != "--tenants" else "--tenants", err)
+            if args[0] == "--devices":
+                self.assertIn("--devices takes 1..8 or all", err)
 
 
 def gpu_present():
