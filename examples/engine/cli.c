@@ -20,8 +20,8 @@ static int usage(FILE* f, bool bench) {
           "  --credits N     chunks a tenant may have in flight (default 4)\n"
           "  --queries N     queries per batch tenant (host default 4)\n"
           "  --seconds S     batch tenants start queries for S seconds (GPU default 3)\n"
-          "  --alone N       interactive queries before the batch tenants start (GPU 400, host "
-          "20)\n"
+          "  --alone N       interactive queries before the batch tenants start (GPU 1000, host "
+          "20); the first tenth warm up and are not sampled\n"
           "  --ordinal N     device ordinal\n"
           "  --json          figures as JSON on stdout\n",
           bench ? "bench demo" : "demo", EG_MAX_TENANTS);

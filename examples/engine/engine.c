@@ -188,9 +188,8 @@ static void budgets(eg_engine* e, eg_device* d) {
   }
   uint64_t tight = d->sum_sub / 10 * 7, least = floor / 10 * 11;
   d->global_budget = (tight > least ? tight : least) + (e->nd > 1 ? eg_dist_bytes(e) : 0);
-  /* What the batch tenants leave free on the interactive tenant's device: its sub-budget, and one
-   * batch chunk for another batch tenant that checked at the same moment. */
-  if (d->index == 0) d->reserve = e->t[0].sub_budget + eg_charge(EG_LI_BYTES * e->chunk_rows);
+  /* What the batch tenants leave free on the interactive tenant's device: its sub-budget. */
+  if (d->index == 0) d->reserve = e->t[0].sub_budget;
 }
 
 static int build_stack(eg_engine* e, eg_device* d) {
@@ -330,12 +329,14 @@ static int make_room(eg_tenant* t) {
 }
 
 /* Whether a batch tenant may allocate `bytes` now: only while the device budget keeps the
- * interactive tenant's reserve free beside it (cached bytes count as free: the budget trims them
- * under pressure). The device budget itself still refuses what does not fit. */
+ * interactive tenant's reserve available beside it. Cached bytes do not count: taking them would
+ * make the budget trim the cache, the interactive tenant's blocks too, and its next allocation
+ * would then wait for the batch tenants' frees. The device budget itself still refuses what does
+ * not fit. */
 static bool leaves_reserve(eg_tenant* t, uint64_t bytes) {
   devrt_resource_figures fg;
-  if (t->interactive || devrt_resource_query(t->d->budget, &fg) != DEVRT_OK) return true;
-  return fg.available_bytes + fg.cached_bytes >= eg_charge(bytes) + t->d->reserve;
+  if (devrt_resource_query(t->d->budget, &fg) != DEVRT_OK) return true;
+  return fg.available_bytes >= eg_charge(bytes) + t->d->reserve;
 }
 
 /* A queued allocation on stream si. It has no waits, so devrt issues it inside the submit, on this
@@ -346,8 +347,11 @@ static bool leaves_reserve(eg_tenant* t, uint64_t bytes) {
 static int t_alloc(eg_tenant* t, int si, uint64_t bytes, devrt_block* out) {
   eg_engine* e = t->e;
   uint64_t start = eg_now_ns();
+  bool gate = !t->interactive && t->d->reserve;
   for (;;) {
-    if (eg_now_ns() - start < RESERVE_WAIT_NS && !leaves_reserve(t, bytes)) {
+    if (gate) pthread_mutex_lock(&t->d->admit_mu);
+    if (gate && eg_now_ns() - start < RESERVE_WAIT_NS && !leaves_reserve(t, bytes)) {
+      pthread_mutex_unlock(&t->d->admit_mu);
       t->held_back++;
       if (make_room(t)) return 1;
       continue;
@@ -358,7 +362,9 @@ static int t_alloc(eg_tenant* t, int si, uint64_t bytes, devrt_block* out) {
                             .nsignals = 1,
                             .kind = DEVRT_WORK_ALLOC,
                             .alloc = {bytes, t->tag, out}};
-    CALL(e, "queued allocation", devrt_queue_submit(t->d->rt, &sub));
+    devrt_status st = devrt_queue_submit(t->d->rt, &sub);
+    if (gate) pthread_mutex_unlock(&t->d->admit_mu);
+    CALL(e, "queued allocation", st);
     devrt_status why = DEVRT_OK;
     const char* msg = "";
     CALL(e, "devrt_semaphore_failure", devrt_semaphore_failure(t->asem, &why, &msg));
@@ -551,7 +557,8 @@ static int collect(eg_tenant* t, const eg_pending* p) {
   if (rc) return rc;
   int phase = atomic_load(&e->phase);
   bool load = phase == 1 && atomic_load(&e->batch_running) > 0;
-  if (t->interactive && (phase == 0 || load)) { /* a latency sample of its phase */
+  bool warm_up = phase == 0 && p->query < (uint32_t)e->o.alone / 10; /* first mappings, caches */
+  if (t->interactive && ((phase == 0 && !warm_up) || load)) { /* a latency sample of its phase */
     double** v = load ? &t->lat_load : &t->lat_alone;
     size_t* n = load ? &t->nload : &t->nalone;
     if (!eg_grow((void**)v, *n, load ? &t->cap_load : &t->cap_alone, sizeof **v))
@@ -989,7 +996,7 @@ static void sizes(eg_engine* e) {
     else
       o->queries = 4;
   }
-  if (!o->alone) o->alone = e->cuda ? 400 : 20;
+  if (!o->alone) o->alone = e->cuda ? 1000 : 20;
   e->li_rows = (uint64_t)(o->scale * 6e6) / 4 * 4;
   if (e->li_rows < 1024) e->li_rows = 1024;
   e->chunk_rows = round_up(o->chunk_rows < e->li_rows ? o->chunk_rows : e->li_rows, 256);
@@ -1154,6 +1161,7 @@ static void release(eg_engine* e) {
   eg_plan_free(e);
   pthread_mutex_destroy(&e->err_mu);
   pthread_mutex_destroy(&e->mem_mu);
+  for (int i = 0; i < EG_MAX_DEVICES; i++) pthread_mutex_destroy(&e->devs[i].admit_mu);
   free(e);
 }
 
@@ -1169,6 +1177,7 @@ int eg_run(const eg_options* o, eg_figures* f) {
   e->nt = e->o.tenants;
   pthread_mutex_init(&e->err_mu, NULL);
   pthread_mutex_init(&e->mem_mu, NULL);
+  for (int i = 0; i < EG_MAX_DEVICES; i++) pthread_mutex_init(&e->devs[i].admit_mu, NULL);
   const char* corrupt = getenv("DEVRT_DEMO_CORRUPT");
   if (!corrupt || sscanf(corrupt, "%d:%d:%d", &e->corrupt[0], &e->corrupt[1], &e->corrupt[2]) != 3)
     e->corrupt[0] = -1;

@@ -175,7 +175,11 @@ typedef struct eg_device {
   devrt_kernel* k[EG_NSTAGES];
   int tenant[EG_MAX_TENANTS], ntenants; /* its tenants (tenant i runs on device i % devices) */
   uint64_t global_budget, sum_sub, peak_held;
-  uint64_t reserve;     /* what batch tenants leave free for the interactive one (its device) */
+  uint64_t reserve; /* what batch tenants leave free for the interactive one (its device) */
+  /* Serializes the batch tenants' reserve check with their allocation (a mutex held across that
+   * devrt_queue_submit: the allocation is issued inside it), so that no two of them pass the check
+   * on the same free bytes. */
+  pthread_mutex_t admit_mu;
   int64_t clock_offset; /* device ns - host ns (cuda's %globaltimer vs CLOCK_MONOTONIC) */
   devrt_comm* comm;     /* its rank of the all-reduce (several devices) */
 } eg_device;
