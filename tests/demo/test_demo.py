@@ -53,7 +53,8 @@ class Demo(unittest.TestCase):
         self.assertTrue(all(t["isolated"] != plain for t in doc["tenants"]))
         t0, batch = doc["tenants"][0], doc["tenants"][1:]
         self.assertEqual(t0["kind"], "interactive")
-        self.assertEqual(t0["alone"]["n"], 50 if GPU else 6)
+        alone = 50 if GPU else 6
+        self.assertEqual(t0["alone"]["n"], alone - alone // 10)  # the first tenth warms up
         self.assertGreater(t0["alone"]["p99_us"], 0)
         self.assertGreaterEqual(t0["alone"]["p99_us"], t0["alone"]["p50_us"])
         for t in batch:
