@@ -290,6 +290,19 @@ static bool settle(cache* c, slot* t, uint64_t e, dv_stream* bs, uint64_t* upto)
 
 /* ---- taking another stream's block on a miss ---- */
 
+/* Another stream took one of t's blocks: keep a fence in flight on t (close the open epoch unless
+ * one is pending), so that by the time the blocks known complete run out, the frees made since
+ * are known complete too. Closing only then, on a miss, leaves every take until that fence
+ * completes to allocate anew: a slot only other streams take from (the runtime's own stream,
+ * where deferred frees run) then grows its cache with each round, without bound. */
+static void fence_ahead(cache* c, slot* t) {
+  if (pthread_mutex_trylock(&t->fmu)) return; /* another thread is at the fences */
+  fence* f = NULL;
+  poll_fences(c, t);
+  if (!t->fq) (void)close_epoch(c, t, &f); /* a failure leaves it to the next miss */
+  pthread_mutex_unlock(&t->fmu);
+}
+
 /* Slot i's oldest block of class ci, if stream bs may take it: the epoch test under mu, and only
  * when the free is not yet known complete, the fence work under fmu alone, then the test again. */
 static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
@@ -304,6 +317,7 @@ static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
     else if ((e = t->tail[ci]->epoch) <= upto)
       b = pop_tail(t, ci), count(&t->hits);
     dv_spin_unlock(&t->mu);
+    if (b) fence_ahead(c, t);
     if (b || !e || settled) return b;
     pthread_mutex_lock(&t->fmu);
     bool ok = settle(c, t, e, bs, &upto);
