@@ -1,8 +1,9 @@
 /* bench_multi.c: `devrt bench multi`: two devices (ordinals N and N+1; two host devices on the
  * host backend) against the raw calls their work stands for: a semaphore chain hopping between
  * the devices vs an event ping-pong across them, a tracked peer copy vs cuMemcpyPeerAsync, and a
- * tracked all-reduce (grouped over the devices) vs the same NCCL calls raw at 1 KiB and 1 MiB (issued
- * back to back, and each waited for: its latency) and 256 MiB. One device: the cross-device rows are left out and the all-reduce runs on one rank. */
+ * tracked all-reduce (grouped over the devices) vs the same NCCL calls raw at 1 KiB and 1 MiB
+ * (issued back to back, and each waited for: its latency) and 256 MiB. One device: the cross-device
+ * rows are left out and the all-reduce runs on one rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
