@@ -27,7 +27,8 @@ typedef struct devrt_pool_stats {
 
 /* The pool's attributes. Thread-safe. */
 devrt_status devrt_pool_stats_get(devrt_runtime* rt, devrt_pool_stats* out);
-/* Releases reserved-but-unused memory down to keep_bytes. Thread-safe. */
+/* Releases reserved-but-unused memory down to keep_bytes (devrt_resource_trim gives cached
+ * blocks back to the pool and leaves its reserve). Thread-safe. */
 devrt_status devrt_pool_trim(devrt_runtime* rt, size_t keep_bytes);
 /* Clears the high-water marks to the current values. Thread-safe. */
 devrt_status devrt_pool_reset_high(devrt_runtime* rt);

@@ -426,11 +426,6 @@ static devrt_status async_query(devrt_resource* self, devrt_resource_figures* ou
   return DEVRT_OK;
 }
 
-static devrt_status async_trim(devrt_resource* self, uint64_t* released) {
-  *released = 0; /* the pool's reserve is not in the account */
-  return self->rt->be->pool_trim(self->rt->dev, 0);
-}
-
 static void async_free(async_res* a) {
   devrt_runtime* rt = a->base.rt;
   for (unsigned i = 0; a->slots && i < a->nslots; i++) {
@@ -516,7 +511,10 @@ static const devrt_resource_vtable async_vtable = {
     .deallocate = async_deallocate,
     .query = async_query,
     .reap = async_reap,
-    .trim = async_trim,
+    /* No trim: the leaf caches nothing of its own. The pool's reserve (mapped for the pool, not in
+     * use) is not in the account; giving it back unmaps device-wide (on every peer device too)
+     * and makes later allocations map again, stalling other threads' driver calls: a budget
+     * trimming under pressure paid that on each refusal. devrt_pool_trim gives it back. */
     .destroy = async_destroy,
     .deallocate_tagged = async_deallocate_tagged,
     .stream_retired = async_stream_retired,
