@@ -119,13 +119,15 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
 
 /* Fills the account's figures into q, one read of each shared count (leaves' query,
  * dv_account_live, refusal messages): live is what held has beyond the pending and cached bytes
- * read for the same answer, so the three never sum past held. */
+ * read for the same answer, so the three never sum past held. The idle figures are read after
+ * held and shard by shard, so a trim moving a block from cached to pending (pending added first)
+ * or frees landing meanwhile can make them read past held: they are cut to it, cached first. */
 static inline void dv_account_query(const dv_mem_account* a, devrt_resource_figures* q) {
   uint64_t held = atomic_load_explicit(&a->held, memory_order_acquire);
-  q->pending_bytes = dv_account_sum(a, DV_PENDING);
-  q->cached_bytes = dv_account_sum(a, DV_CACHED);
-  uint64_t idle = q->pending_bytes + q->cached_bytes;
-  q->live_bytes = held > idle ? held - idle : 0;
+  uint64_t pending = dv_account_sum(a, DV_PENDING), cached = dv_account_sum(a, DV_CACHED);
+  q->pending_bytes = pending < held ? pending : held;
+  q->cached_bytes = cached < held - q->pending_bytes ? cached : held - q->pending_bytes;
+  q->live_bytes = held - q->pending_bytes - q->cached_bytes;
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
 }
