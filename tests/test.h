@@ -111,6 +111,13 @@ static inline devrt_status t_launch(devrt_runtime* rt, devrt_stream sid, const c
   return rt->be->launch(s, k, g, b, 0, args);
 }
 
+/* r's figures, the query checked. */
+static inline devrt_resource_figures t_figures(devrt_resource* r) {
+  devrt_resource_figures f;
+  CHECK_OK(devrt_resource_query(r, &f));
+  return f;
+}
+
 static inline void t_sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);

@@ -10,18 +10,12 @@
 #include "memory/account.h"
 #include "test.h"
 
-static devrt_resource_figures fig(devrt_resource* r) {
-  devrt_resource_figures f;
-  CHECK_OK(devrt_resource_query(r, &f));
-  return f;
-}
-
 /* Every call must fail with INVALID_ARGUMENT and leave live and pending as they were. */
 static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s) {
   void* p = NULL;
   int local = 0;
   REQUIRE_OK(devrt_resource_allocate(r, 300, s, "bad", &p));
-  devrt_resource_figures f0 = fig(r);
+  devrt_resource_figures f0 = t_figures(r);
   CHECK_STATUS(devrt_resource_deallocate(r, &local, 300, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "not a live allocation"));
   CHECK_STATUS(devrt_resource_deallocate(r, (char*)p + 256, 300, s),
@@ -41,14 +35,14 @@ static void bad_inputs(devrt_resource* r, devrt_stream s, devrt_stream foreign_s
   CHECK_STATUS(devrt_resource_allocate(r, 0, s, "bad", &q), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_resource_allocate(r, 64, foreign_s, "bad", &q), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(q == NULL);
-  devrt_resource_figures f1 = fig(r);
+  devrt_resource_figures f1 = t_figures(r);
   CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
   CHECK_OK(devrt_resource_deallocate(r, p, 300, s));
-  f0 = fig(r);
+  f0 = t_figures(r);
   CHECK_STATUS(devrt_resource_deallocate(r, p, 300, s),
                DEVRT_ERR_INVALID_ARGUMENT); /* double free */
   CHECK(strstr(devrt_last_error(), "double free"));
-  f1 = fig(r);
+  f1 = t_figures(r);
   CHECK(f1.live_bytes == f0.live_bytes && f1.pending_bytes == f0.pending_bytes);
 }
 
@@ -111,7 +105,7 @@ static void* racer(void* arg) {
 }
 static void racing_double_free(devrt_resource* r, devrt_stream s) {
   g_res = r;
-  devrt_resource_figures f0 = fig(r);
+  devrt_resource_figures f0 = t_figures(r);
   pthread_t t[2];
   for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, racer, (void*)(uintptr_t)s);
   for (int round = 1; round <= RACE_ROUNDS; round++) {
@@ -122,7 +116,7 @@ static void racing_double_free(devrt_resource* r, devrt_stream s) {
     while (atomic_load(&g_done) < 2 * round) sched_yield();
   }
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  devrt_resource_figures f1 = fig(r);
+  devrt_resource_figures f1 = t_figures(r);
   CHECK(atomic_load(&g_accepted) == RACE_ROUNDS);
   CHECK(f1.live_bytes == f0.live_bytes &&
         f1.pending_bytes - f0.pending_bytes == RACE_ROUNDS * dv_round(r->account, 4096));
@@ -198,7 +192,7 @@ static void budget_and_completed_frees(devrt_runtime* rt) {
   pthread_join(rp, NULL);
   CHECK(atomic_load(&b_refused) == 0 && atomic_load(&g_errors) == 0);
   CHECK_OK(devrt_resource_reap(b_res, DEVRT_REAP_WAIT, NULL));
-  devrt_resource_figures f = fig(b_res);
+  devrt_resource_figures f = t_figures(b_res);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && atomic_load(&a->account->held) == 0);
   for (int i = 0; i < B_STREAMS; i++) CHECK_OK(devrt_stream_release(rt, b_streams[i]));
   CHECK_OK(devrt_resource_release(b_res));
@@ -212,7 +206,7 @@ static void budget_and_completed_frees(devrt_runtime* rt) {
 static void reap_follows_the_slot(devrt_runtime* rt, devrt_resource* r, devrt_stream a,
                                   devrt_stream b) {
   devrt_stream order[] = {a, b, a, b, b, a};
-  uint64_t g = fig(r).granularity, n = 0;
+  uint64_t g = t_figures(r).granularity, n = 0;
   for (unsigned i = 0; i < sizeof order / sizeof *order; i++) {
     void *p, *q;
     REQUIRE_OK(devrt_resource_allocate(r, 1000, order[i], "slot", &p));
@@ -222,7 +216,7 @@ static void reap_follows_the_slot(devrt_runtime* rt, devrt_resource* r, devrt_st
     CHECK_OK(devrt_stream_synchronize(rt, a));
     CHECK_OK(devrt_stream_synchronize(rt, b));
     CHECK_OK(devrt_resource_reap(r, 0, &n));
-    CHECK(n == (1000 + g - 1) / g * g + (3000 + g - 1) / g * g && fig(r).pending_bytes == 0);
+    CHECK(n == (1000 + g - 1) / g * g + (3000 + g - 1) / g * g && t_figures(r).pending_bytes == 0);
   }
 }
 
@@ -237,7 +231,7 @@ int main(void) {
   CHECK(!strcmp(devrt_resource_name(r), "async") && devrt_resource_upstream(r) == NULL);
 
   /* Granularity: measured, a power of two >= 256. */
-  devrt_resource_figures f = fig(r);
+  devrt_resource_figures f = t_figures(r);
   uint64_t g = f.granularity;
   CHECK(g >= 256 && (g & (g - 1)) == 0);
   CHECK(t_is_cuda(rt) || g == 256); /* the host backend rounds to 256 */
@@ -253,17 +247,17 @@ int main(void) {
     rounded[i] = (sizes[i] + g - 1) / g * g;
     sum += rounded[i];
   }
-  f = fig(r);
+  f = t_figures(r);
   CHECK(f.live_bytes == sum && f.pending_bytes == 0);
   CHECK_OK(devrt_resource_deallocate(r, p[1], sizes[1], s));
   CHECK_OK(devrt_resource_deallocate(r, p[2], sizes[2], s));
-  f = fig(r);
+  f = t_figures(r);
   CHECK(f.live_bytes == sum - rounded[1] - rounded[2] &&
         f.pending_bytes == rounded[1] + rounded[2]);
   uint64_t n = 0;
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
   CHECK(n == rounded[1] + rounded[2]);
-  f = fig(r);
+  f = t_figures(r);
   CHECK(f.pending_bytes == 0 && f.reaped_bytes == n && f.live_bytes == rounded[0] + rounded[3]);
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
   CHECK(n == 0);
@@ -277,11 +271,11 @@ int main(void) {
   REQUIRE_OK(t_launch(rt, s, "devrt_slow_fill_u32", 1, 32, args));
   CHECK_OK(devrt_resource_deallocate(r, blk, sizes[2], s));
   CHECK_OK(devrt_resource_reap(r, 0, &n));
-  f = fig(r);
+  f = t_figures(r);
   CHECK(n == 0 && f.pending_bytes == rounded[2]);
   CHECK_OK(devrt_stream_synchronize(rt, s));
   CHECK_OK(devrt_resource_reap(r, 0, &n));
-  f = fig(r);
+  f = t_figures(r);
   CHECK(n == rounded[2] && f.pending_bytes == 0);
 
   /* A free on a stream released before the reap is still retired (the slot's stream lives on). */
@@ -291,34 +285,34 @@ int main(void) {
   CHECK_OK(devrt_resource_deallocate(r, blk, 1000, s3));
   CHECK_OK(devrt_stream_release(rt, s3));
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
-  CHECK(n == (1000 + g - 1) / g * g && fig(r).pending_bytes == 0);
+  CHECK(n == (1000 + g - 1) / g * g && t_figures(r).pending_bytes == 0);
 
   bad_inputs(r, s, s2);
   racing_double_free(r, s);
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
 
   /* Injected faults change nothing; the retry succeeds. */
-  f = fig(r);
+  f = t_figures(r);
   rt->be->fault_arm(rt->dev, DV_FAULT_ALLOC, 1);
   CHECK_STATUS(devrt_resource_allocate(r, 512, s, "fault", &blk), DEVRT_ERR_DEVICE_ALLOC_FAILED);
-  CHECK(fig(r).live_bytes == f.live_bytes);
+  CHECK(t_figures(r).live_bytes == f.live_bytes);
   REQUIRE_OK(devrt_resource_allocate(r, 512, s, "fault", &blk));
-  f = fig(r);
+  f = t_figures(r);
   rt->be->fault_arm(rt->dev, DV_FAULT_FREE, 1);
   CHECK_STATUS(devrt_resource_deallocate(r, blk, 512, s), DEVRT_ERR_BACKEND_ERROR);
-  devrt_resource_figures f1 = fig(r);
+  devrt_resource_figures f1 = t_figures(r);
   CHECK(f1.live_bytes == f.live_bytes && f1.pending_bytes == f.pending_bytes);
   CHECK_OK(devrt_resource_deallocate(r, blk, 512, s));
   rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
   CHECK_STATUS(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n), DEVRT_ERR_BACKEND_ERROR);
-  CHECK(fig(r).pending_bytes == (512 + g - 1) / g * g);
+  CHECK(t_figures(r).pending_bytes == (512 + g - 1) / g * g);
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
-  CHECK(n == (512 + g - 1) / g * g && fig(r).pending_bytes == 0);
+  CHECK(n == (512 + g - 1) / g * g && t_figures(r).pending_bytes == 0);
 
   CHECK_OK(devrt_resource_deallocate(r, p[0], sizes[0], s));
   CHECK_OK(devrt_resource_deallocate(r, p[3], sizes[3], s));
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
-  f = fig(r);
+  f = t_figures(r);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
 
   /* 8 threads allocate and free on their own streams while 2 reap. */
@@ -332,7 +326,7 @@ int main(void) {
   atomic_store(&g_stop, 1);
   for (int i = 0; i < 2; i++) pthread_join(rp[i], NULL);
   CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
-  f = fig(r);
+  f = t_figures(r);
   uint64_t freed = atomic_load(&g_freed);
   CHECK(atomic_load(&g_errors) == 0);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
@@ -357,25 +351,25 @@ int main(void) {
   devrt_resource* sr;
   REQUIRE_OK(devrt_simple_resource_create(rt, &sr));
   CHECK(!strcmp(devrt_resource_name(sr), "simple"));
-  uint64_t sg = fig(sr).granularity;
+  uint64_t sg = t_figures(sr).granularity;
   CHECK(sg == (uint64_t)(t_is_cuda(rt) ? 512 : 256));
   void* m;
   REQUIRE_OK(devrt_resource_allocate(sr, 1000, s, "simple", &m));
   CHECK(((uintptr_t)m & 255) == 0);
-  f = fig(sr);
+  f = t_figures(sr);
   CHECK(f.live_bytes == (1000 + sg - 1) / sg * sg && f.pending_bytes == 0);
   void* fill_args[] = {&m, &seven, &words, &delay};
   words = 250;
   delay = 20000000ull;
   REQUIRE_OK(t_launch(rt, s, "devrt_slow_fill_u32", 1, 32, fill_args));
   CHECK_OK(devrt_resource_deallocate(sr, m, 1000, s)); /* waits for the kernel first */
-  f = fig(sr);
+  f = t_figures(sr);
   CHECK(f.live_bytes == 0 && f.pending_bytes == 0);
   CHECK_OK(devrt_resource_reap(sr, DEVRT_REAP_WAIT, &n));
   CHECK(n == 0);
   bad_inputs(sr, s, s2);
-  f = fig(sr);
-  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && fig(r).live_bytes == 0);
+  f = t_figures(sr);
+  CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && t_figures(r).live_bytes == 0);
 
   const char* backend = rt->be->name; /* a static string */
   CHECK_OK(devrt_resource_release(sr));

@@ -70,11 +70,6 @@ static devrt_resource* make_fake(devrt_runtime* rt, fake** fo) {
 }
 
 /* ---- helpers ---- */
-static devrt_resource_figures fig(devrt_resource* r) {
-  devrt_resource_figures q;
-  CHECK_OK(devrt_resource_query(r, &q));
-  return q;
-}
 static devrt_resource* make_cache(devrt_resource* up, bool wait, uint64_t max) {
   devrt_caching_options o = {.cross_stream_wait = wait, .max_cached_bytes = max};
   devrt_resource* c = NULL;
@@ -151,7 +146,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   devrt_stream a, b;
   REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &a));
   REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &b));
-  devrt_resource_figures base = fig(up);
+  devrt_resource_figures base = t_figures(up);
   uint64_t R = dv_round(up->account, KB64); /* 64 KiB is its own class */
 
   /* Hot same-stream reuse: upstream is not called again. */
@@ -160,17 +155,17 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   void *p = NULL, *q = NULL, *r = NULL;
   REQUIRE_OK(devrt_resource_allocate(c, KB64, a, "t", &p));
   CHECK(p && ((uintptr_t)p & 255) == 0);
-  devrt_resource_figures x = fig(c);
+  devrt_resource_figures x = t_figures(c);
   CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_misses == 1 &&
         x.cache_hits == 0);
   int allocs0 = f ? atomic_load(&f->allocs) : 0;
   CHECK_OK(devrt_resource_deallocate(c, p, KB64, a));
-  x = fig(c);
+  x = t_figures(c);
   CHECK(x.live_bytes == base.live_bytes && x.cached_bytes == R &&
         x.pending_bytes == base.pending_bytes);
   CHECK_OK(devrt_resource_allocate(c, KB64, a, "t", &q));
   CHECK(q == p);
-  x = fig(c);
+  x = t_figures(c);
   CHECK(x.live_bytes == base.live_bytes + R && x.cached_bytes == 0 && x.cache_hits == 1 &&
         x.cache_misses == 1);
   if (f) CHECK(atomic_load(&f->allocs) == allocs0);
@@ -191,7 +186,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
 
   /* Bad input is refused and changes nothing. */
   REQUIRE_OK(devrt_resource_allocate(c, KB64, a, "t", &q));
-  x = fig(c);
+  x = t_figures(c);
   int local;
   void* foreign = malloc(4096);
   CHECK_STATUS(devrt_resource_deallocate(c, foreign, 4096, a), DEVRT_ERR_INVALID_ARGUMENT);
@@ -208,7 +203,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   CHECK_STATUS(devrt_resource_allocate(
                    c, KB64, ((devrt_stream)4095 << 32) | (a & ~((uint64_t)0xfff << 32)), "t", &r),
                DEVRT_ERR_INVALID_ARGUMENT);
-  devrt_resource_figures y = fig(c);
+  devrt_resource_figures y = t_figures(c);
   CHECK(y.live_bytes == x.live_bytes && y.cached_bytes == x.cached_bytes &&
         y.pending_bytes == x.pending_bytes && y.cache_hits == x.cache_hits &&
         y.cache_misses == x.cache_misses);
@@ -217,7 +212,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
                DEVRT_ERR_INVALID_ARGUMENT); /* double free */
   CHECK(strstr(devrt_last_error(), "double free"));
   CHECK_STATUS(devrt_resource_deallocate(c, q, KB64, b), DEVRT_ERR_INVALID_ARGUMENT);
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.live_bytes == base.live_bytes && y.cached_bytes == R);
   free(foreign);
 
@@ -227,16 +222,16 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   else
     rt->be->fault_arm(rt->dev, DV_FAULT_ALLOC, 1);
   CHECK_STATUS(devrt_resource_allocate(c, 3 << 20, a, "t", &r), DEVRT_ERR_DEVICE_ALLOC_FAILED);
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.live_bytes == base.live_bytes && y.cached_bytes == R);
   /* Above the largest class: passed straight through, never cached. */
   CHECK_OK(devrt_resource_allocate(c, (80u << 20) + 3, a, "big", &r));
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.live_bytes == base.live_bytes + dv_round(up->account, (80u << 20) + 3) &&
         y.cached_bytes == R);
   CHECK_STATUS(devrt_resource_deallocate(c, r, 80u << 20, a), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_OK(devrt_resource_deallocate(c, r, (80u << 20) + 3, a));
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.live_bytes == base.live_bytes && y.cached_bytes == R);
 
   /* Trim gives every cached byte back (several classes and streams). */
@@ -246,14 +241,14 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   for (int i = 0; i < 6; i++)
     REQUIRE_OK(devrt_resource_allocate(c, msz[i], i & 1 ? a : b, "t", &m[i]));
   for (int i = 0; i < 6; i++) CHECK_OK(devrt_resource_deallocate(c, m[i], msz[i], i & 1 ? b : a));
-  y = fig(c);
+  y = t_figures(c);
   want = y.cached_bytes;
   CHECK(y.live_bytes == base.live_bytes && want > R + (4u << 20));
   int trims0 = f ? atomic_load(&f->trims) : 0;
   uint64_t released = 0;
   CHECK_OK(devrt_resource_trim(c, &released));
   CHECK(released == want);
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.cached_bytes == 0 && y.live_bytes == base.live_bytes);
   if (f)
     CHECK(atomic_load(&f->trims) == trims0 + 1 &&
@@ -268,11 +263,11 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   for (int i = 0; i < 5; i++) REQUIRE_OK(devrt_resource_allocate(c, KB64, a, "t", &k[i]));
   int frees0 = f ? atomic_load(&f->frees) : 0;
   for (int i = 0; i < 5; i++) CHECK_OK(devrt_resource_deallocate(c, k[i], KB64, a));
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.cached_bytes == 3 * R && y.live_bytes == base.live_bytes);
   if (f) CHECK(atomic_load(&f->frees) == frees0 + 2);
   CHECK_OK(devrt_resource_release(c)); /* destroy trims */
-  y = fig(up);
+  y = t_figures(up);
   CHECK(y.cached_bytes == 0 && y.live_bytes == base.live_bytes);
 
   if (kernels) {
@@ -286,7 +281,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
     CHECK_OK(devrt_stream_synchronize(rt, a));
     REQUIRE_OK(devrt_resource_allocate(c, KB64, b, "t", &r));
     CHECK(r == p);
-    x = fig(c);
+    x = t_figures(c);
     CHECK(x.cache_hits == 1 && x.live_bytes == base.live_bytes + 2 * R && x.cached_bytes == 0);
     CHECK_OK(devrt_resource_deallocate(c, q, KB64, b));
     CHECK_OK(devrt_resource_deallocate(c, r, KB64, b));
@@ -308,7 +303,7 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
     int bad = 0;
     for (int i = 0; i < N64; i++) bad += host_buf[i] != 2;
     CHECK(bad == 0);
-    x = fig(c);
+    x = t_figures(c);
     CHECK(x.cache_hits == 1 && x.live_bytes == base.live_bytes + R && x.cached_bytes == 0);
     CHECK_OK(devrt_resource_deallocate(c, q, KB64, b));
     CHECK_OK(devrt_resource_release(c));
@@ -328,10 +323,10 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
     CHECK_OK(devrt_resource_deallocate(c, q, KB64, b));
     rt->be->fault_arm(rt->dev, DV_FAULT_EVENT_RECORD, 1);
     CHECK_STATUS(devrt_resource_trim(c, &released), DEVRT_ERR_BACKEND_ERROR);
-    x = fig(c);
+    x = t_figures(c);
     CHECK(x.cached_bytes == R && x.live_bytes == base.live_bytes + R);
     CHECK_OK(devrt_resource_trim(c, &released));
-    CHECK(released == R && fig(c).cached_bytes == 0);
+    CHECK(released == R && t_figures(c).cached_bytes == 0);
     CHECK_OK(devrt_resource_deallocate(c, r, KB64, b));
     CHECK_OK(devrt_resource_release(c));
   }
@@ -353,11 +348,11 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
   pthread_join(tt, NULL);
   double t_threads = (now_ns() - t1) / 1e6;
   CHECK(errors == 0);
-  x = fig(c);
+  x = t_figures(c);
   CHECK(x.live_bytes == base.live_bytes && x.cache_hits > 0);
   CHECK_OK(devrt_resource_trim(c, &released));
   CHECK_OK(devrt_resource_reap(c, DEVRT_REAP_WAIT, NULL));
-  y = fig(c);
+  y = t_figures(c);
   CHECK(y.live_bytes == base.live_bytes && y.cached_bytes == 0 && y.pending_bytes == 0);
   CHECK_OK(devrt_resource_release(c));
 
@@ -396,7 +391,7 @@ static void figures_within_held(void) {
 
 static void nap_ms(void* user) {
   (void)user;
-  nanosleep(&(struct timespec){0, 1000000}, NULL);
+  t_sleep_ms(1);
 }
 
 static void stock_stays(devrt_resource* up) {
@@ -410,7 +405,7 @@ static void stock_stays(devrt_resource* up) {
   for (int i = 0; i < STOCK; i++) REQUIRE_OK(devrt_resource_allocate(c, KB64, b, "stock", &p[i]));
   for (int i = 0; i < STOCK; i++) CHECK_OK(devrt_resource_deallocate(c, p[i], KB64, a));
   CHECK_OK(devrt_stream_synchronize(rt, a));
-  devrt_resource_figures x = fig(c);
+  devrt_resource_figures x = t_figures(c);
   for (int r = 0; r < ROUNDS; r++) { /* a is busy for 1 ms at each take, idle by the next */
     void* q = NULL;
     CHECK_OK(devrt_stream_host_func(rt, a, nap_ms, NULL));
@@ -418,7 +413,7 @@ static void stock_stays(devrt_resource* up) {
     CHECK_OK(devrt_resource_deallocate(c, q, KB64, a));
     CHECK_OK(devrt_stream_synchronize(rt, a));
   }
-  devrt_resource_figures y = fig(c);
+  devrt_resource_figures y = t_figures(c);
   uint64_t misses = y.cache_misses - x.cache_misses;
   CHECK(misses <= 2); /* the first take may find its fence not yet complete */
   if (misses > 2)

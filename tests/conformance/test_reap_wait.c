@@ -35,12 +35,6 @@ static devrt_status lag_event_query(dv_event* e, bool* complete) {
   return st;
 }
 
-static devrt_resource_figures fig(devrt_resource* r) {
-  devrt_resource_figures f;
-  CHECK_OK(devrt_resource_query(r, &f));
-  return f;
-}
-
 /* The leaf alone: a free, then one reap(WAIT), leaves nothing pending. */
 static void leaf(devrt_runtime* rt, devrt_stream s0, devrt_stream s1) {
   devrt_resource* a = NULL;
@@ -51,7 +45,7 @@ static void leaf(devrt_runtime* rt, devrt_stream s0, devrt_stream s1) {
     REQUIRE_OK(devrt_resource_allocate(a, 64 << 10, round % 2 ? s1 : s0, "lag", &p));
     CHECK_OK(devrt_resource_deallocate(a, p, 64 << 10, round % 2 ? s1 : s0));
     CHECK_OK(devrt_resource_reap(a, DEVRT_REAP_WAIT, &n));
-    devrt_resource_figures f = fig(a);
+    devrt_resource_figures f = t_figures(a);
     CHECK(n == 64 << 10 && f.pending_bytes == 0 && f.live_bytes == 0);
     if (f.pending_bytes)
       fprintf(stderr, "round %d: %llu pending after reap(WAIT)\n", round,
@@ -81,7 +75,7 @@ static void ladder(devrt_runtime* rt, devrt_stream s0, devrt_stream s1) {
     CHECK_OK(devrt_resource_reap(b, DEVRT_REAP_WAIT, &n));
     CHECK_OK(devrt_resource_trim(b, &n));
     CHECK_OK(devrt_resource_reap(b, DEVRT_REAP_WAIT, &n));
-    devrt_resource_figures f = fig(b);
+    devrt_resource_figures f = t_figures(b);
     CHECK(f.live_bytes == 0 && f.pending_bytes == 0 && f.cached_bytes == 0);
   }
   CHECK_OK(devrt_resource_release(b));
@@ -121,7 +115,7 @@ static void no_wait_behind_sync(devrt_runtime* rt, devrt_stream s0) {
   atomic_store(&parked, 2);
   if (joined) pthread_join(q, NULL);
   pthread_join(w, NULL);
-  CHECK(fig(a).pending_bytes == 0);
+  CHECK(t_figures(a).pending_bytes == 0);
   CHECK_OK(devrt_resource_release(a));
 }
 
