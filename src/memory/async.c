@@ -304,13 +304,11 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
   if (upto == atomic_load_explicit(&sl->retired, memory_order_acquire) &&
       !dv_slotset_has(&a->pending, i))
     return DEVRT_OK; /* nothing pending here */
-  if (!(flags & DEVRT_REAP_WAIT)) {
-    /* Another reap holds the slot, maybe across a stream synchronize: it retires what has
-     * completed, and a reap that must not block leaves the slot to it. */
-    if (pthread_mutex_trylock(&sl->mu) != 0) return DEVRT_OK;
-  } else {
+  if (flags & DEVRT_REAP_WAIT)
     pthread_mutex_lock(&sl->mu);
-  }
+  else if (pthread_mutex_trylock(&sl->mu) != 0)
+    return DEVRT_OK; /* another reap holds it, maybe across a synchronize: it retires what
+                        completed, and a reap that must not block leaves the slot to it */
   /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
    * read */
   devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
