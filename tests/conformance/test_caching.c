@@ -364,14 +364,8 @@ static void suite(devrt_runtime* rt, devrt_resource* up, fake* f, bool kernels) 
          kernels ? "; cross-stream refusal and wait checked" : "");
 }
 
-/* Blocks that stream a frees and stream b allocates (as deferred frees on the runtime's own
- * stream and a tenant's allocations): b takes a's oldest block once its free is known complete.
- * With a stock of such blocks, the cache keeps a fence in flight on a, so the stock does not run
- * out of known-complete blocks and make b allocate anew each round (the soak's cache grew so,
- * without bound). */
 /* A reader that sums the idle figures while a trim moves a block from cached to pending (pending
- * first) counts the block twice; the figures it returns still sum to the held word it read (the
- * free-race fuzzer once saw live + pending + cached over the budget's limit). */
+ * first) counts the block twice; the figures it returns still sum to the held word it read. */
 static void figures_within_held(void) {
   dv_mem_account* a = dv_account_new();
   if (!a) abort();
@@ -394,6 +388,11 @@ static void nap_ms(void* user) {
   t_sleep_ms(1);
 }
 
+/* Blocks that stream a frees and stream b allocates (as deferred frees on the runtime's own
+ * stream and a tenant's allocations): b takes a's oldest block once its free is known complete.
+ * With a stock of such blocks, the cache keeps a fence in flight on a, so the stock does not run
+ * out of known-complete blocks and make b allocate anew each round (the soak's cache grew so,
+ * without bound). */
 static void stock_stays(devrt_resource* up) {
   devrt_runtime* rt = up->rt;
   devrt_stream a, b;
