@@ -16,7 +16,7 @@ static int usage(FILE* f, bool bench) {
           "usage: devrt %s [options]\n"
           "  --tenants N     tenants (2..%d, default 4): tenant 0 interactive, the rest batch\n"
           "  --scale S       TPC-H scale factor, 6 M lineitem rows each (GPU 10, host 0.25)\n"
-          "  --chunk ROWS    rows per chunk (GPU 8388608, host 32768)\n"
+          "  --chunk ROWS    rows per chunk (GPU 16777216, host 32768)\n"
           "  --credits N     chunks a tenant may have in flight (default 4)\n"
           "  --queries N     queries per batch tenant (host default 4)\n"
           "  --seconds S     batch tenants start queries for S seconds (GPU default 3)\n"
