@@ -22,6 +22,7 @@ __all__ = [
     "configure",
     "figures",
     "info",
+    "last_error",
     "library_path",
     "pool",
     "reap",
@@ -200,6 +201,13 @@ def release(ordinal=0):
     before = pool(ordinal)["reserved_current"]
     _lib.check(lib.devrt_pool_trim(_lib.runtime(ordinal), 0))
     return before - pool(ordinal)["reserved_current"]
+
+
+def last_error():
+    """devrt_last_error(): the message of the last devrt call that failed on this thread, "" once
+    a later call on it succeeded (the refusal behind a torch.OutOfMemoryError under
+    devrt.torch.mem_pool(), for one)."""
+    return _lib._s(_lib.load().devrt_last_error()) or ""
 
 
 from . import cupy, torch  # noqa: E402  (they import CuPy and PyTorch only when called)

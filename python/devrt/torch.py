@@ -5,16 +5,19 @@
     x = torch.empty(1 << 20, device="cuda")
     devrt.torch.memory_stats()     # {"allocated_bytes.all.current": ..., ...}
 
-PyTorch is imported only by use(); memory_stats() reads devrt alone. Allocations PyTorch makes
-through devrt carry the tag "torch" (include/devrt/torch.h). torch.cuda.empty_cache() gives
-devrt's unused memory back (devrt.release() on the current device).
+PyTorch is imported only by use(), mem_pool() and segments(); memory_stats() reads devrt alone.
+Allocations PyTorch makes through devrt carry the tag "torch" (include/devrt/torch.h).
+torch.cuda.empty_cache() gives devrt's unused memory back (devrt.release() on the current device).
 
 PyTorch 2.11's pluggable-allocator interface cannot raise torch.OutOfMemoryError for a refused
 allocation: it takes the NULL that devrt_torch_alloc returns as the tensor's data pointer without
 a check, and the first kernel that touches it faults the CUDA context. Keep devrt's budget above
-what the program needs (docs/python.md). Tensor.record_stream(s) reaches devrt through
-devrt_torch_record_stream: the tensor's free makes its own stream wait for s's work first.
+what the program needs, or use segments(): PyTorch's own allocator over segments from devrt,
+where a refusal is a torch.OutOfMemoryError (docs/python.md). Tensor.record_stream(s) reaches
+devrt through devrt_torch_record_stream: the tensor's free makes its own stream wait for s's work
+first.
 """
+import contextlib
 import ctypes
 
 from . import _lib
@@ -92,6 +95,46 @@ def use(device=None):
         ) from e
     _allocator = alloc
     return alloc
+
+
+def mem_pool(device=None):
+    """A torch.cuda.MemPool whose segments devrt allocates, for torch.cuda.use_mem_pool(pool):
+    PyTorch's own caching allocator stays installed and carves tensors out of segments that come
+    from devrt's stack (tag "torch", on the stream current at the segment's allocation). devrt
+    then sees segments, not tensors (its budget bounds PyTorch's reserved bytes; its statistics
+    and log count segments), and a segment devrt refuses goes through PyTorch's own out-of-memory
+    path: PyTorch releases its cached segments, retries, then raises torch.OutOfMemoryError, and
+    the process goes on. The refusal's cause (devrt's budget, with its figures) is
+    devrt.last_error() on the allocating thread. The choice beside use(), which makes devrt the
+    allocator of every tensor but cannot raise torch.OutOfMemoryError. `device` as in use()."""
+    import torch
+
+    ordinal = _ordinal(device)
+    _lib.runtime(0 if ordinal is None else ordinal)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(_lib.path(), "devrt_torch_alloc",
+                                                      "devrt_torch_free")
+    _keep.append(alloc)
+    return torch.cuda.MemPool(alloc.allocator())
+
+
+@contextlib.contextmanager
+def segments(device=None):
+    """with devrt.torch.segments(): every allocation PyTorch makes on the device inside the block,
+    from any thread and on any stream (autograd's backward threads included, which
+    torch.cuda.use_mem_pool leaves out), comes from a mem_pool(): refusals raise
+    torch.OutOfMemoryError. Yields the MemPool. Routes through PyTorch's private
+    torch._C._cuda_beginAllocateToPool / _cuda_endAllocateToPool / _cuda_releasePool, the
+    bindings torch.cuda.use_mem_pool is built on."""
+    import torch
+
+    pool = mem_pool(device)
+    index = torch.cuda.current_device() if device is None else _ordinal(device)
+    torch._C._cuda_beginAllocateToPool(index, pool.id)
+    try:
+        yield pool
+    finally:
+        torch._C._cuda_endAllocateToPool(index, pool.id)
+        torch._C._cuda_releasePool(index, pool.id)
 
 
 def memory_stats(device=0):

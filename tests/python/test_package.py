@@ -134,6 +134,14 @@ class Package(unittest.TestCase):
         self.assertEqual(cm.exception.status_name, "INVALID_STATE")
         self.assertIn("already exists", cm.exception.message)
 
+    def test_last_error(self):
+        devrt.info()
+        with self.assertRaises(devrt.DevrtError):
+            devrt.configure(budget="50%")  # refused by the C library: the runtime exists
+        self.assertIn("already exists", devrt.last_error())
+        devrt.figures()  # a call that succeeds leaves no message behind
+        self.assertEqual(devrt.last_error(), "")
+
     def test_configure_applies(self):
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "alloc.jsonl")

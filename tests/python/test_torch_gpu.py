@@ -104,6 +104,42 @@ class Budget(unittest.TestCase):
         self.assertEqual(doc["figures"]["limit_bytes"], 1 << 30)
         self.assertLessEqual(doc["peak"], 1 << 30)
 
+    def test_segments_raise_out_of_memory(self):
+        # devrt.torch.segments(): PyTorch's allocator over devrt's segments, for every thread. A
+        # segment the budget refuses goes through PyTorch's out-of-memory path:
+        # torch.OutOfMemoryError, the cause in devrt.last_error(), and the process goes on: a
+        # model trains in the same scope, its backward's segments from devrt too.
+        doc = last_json(self, *py("""
+            import json, devrt, devrt.torch
+            from devrt.bench.workloads import Workload, CONFIGS
+            budget = 1 << 30
+            devrt.configure(budget=budget)
+            import torch
+            out = {"oom": None}
+            with devrt.torch.segments(0):
+                try:
+                    big = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+                except torch.OutOfMemoryError as e:
+                    out["oom"], out["error"] = str(e), devrt.last_error()
+                x = torch.ones(64 << 20, device="cuda")  # 256 MiB: under the budget
+                out["sum"] = float(x.sum())
+                del x
+                cfg = dict(CONFIGS["gpt"], layers=2, d_model=256, heads=4, batch=4, seq=128)
+                w = Workload("gpt", cfg, 0)
+                out["losses"] = [w.step().item() for _ in range(5)]
+                torch.cuda.synchronize()
+                out["reserved"] = torch.cuda.memory_reserved()
+                out["devrt"] = devrt.stats(tag="torch")["bytes"]
+            print(json.dumps(out))
+        """))
+        self.assertIsNotNone(doc["oom"], doc)
+        self.assertIn("devrt_torch_alloc(", doc["error"])
+        self.assertIn(f"limit {1 << 30}", doc["error"])
+        self.assertEqual(doc["sum"], float(64 << 20))
+        self.assertTrue(all(x == x and abs(x) < 1e6 for x in doc["losses"]), doc["losses"])
+        # Every segment PyTorch holds came from devrt, backward's included; within the budget.
+        self.assertEqual(doc["reserved"], doc["devrt"]["current"], doc)
+        self.assertLessEqual(doc["devrt"]["peak"], 1 << 30)
 
 CROSS = """
     import json, devrt, devrt.torch
