@@ -106,11 +106,11 @@ def mem_pool(device=None):
     path: PyTorch releases its cached segments, retries, then raises torch.OutOfMemoryError, and
     the process goes on. The refusal's cause (devrt's budget, with its figures) is
     devrt.last_error() on the allocating thread. The choice beside use(), which makes devrt the
-    allocator of every tensor but cannot raise torch.OutOfMemoryError. `device` as in use()."""
+    allocator of every tensor but cannot raise torch.OutOfMemoryError. `device`: an ordinal,
+    "cuda:N" or a torch.device; None: PyTorch's current device. Its runtime is created now."""
     import torch
 
-    ordinal = _ordinal(device)
-    _lib.runtime(0 if ordinal is None else ordinal)
+    _lib.runtime(torch.cuda.current_device() if device is None else _ordinal(device))
     alloc = torch.cuda.memory.CUDAPluggableAllocator(_lib.path(), "devrt_torch_alloc",
                                                       "devrt_torch_free")
     _keep.append(alloc)
@@ -127,8 +127,8 @@ def segments(device=None):
     bindings torch.cuda.use_mem_pool is built on."""
     import torch
 
-    pool = mem_pool(device)
     index = torch.cuda.current_device() if device is None else _ordinal(device)
+    pool = mem_pool(index)
     torch._C._cuda_beginAllocateToPool(index, pool.id)
     try:
         yield pool
