@@ -74,9 +74,10 @@ struct devrt_semaphore {
   dv_wlist waiters[2];
   dv_heap dev;  /* parked device work: released once its value is scheduled */
   dv_heap host; /* parked host calls: released once its value has completed */
-  bool queued;  /* on the dispatcher's list (set under mu, the list under the queue's mu) */
-  devrt_semaphore* qnext;
-  bool watched; /* on the completion thread's list (set under mu, the list under cmu) */
+  bool queued;  /* on the dispatcher's list (set under mu, the list under the queue's mu) or on a
+                 * signalling thread's cascade list (that thread's: queue.c) */
+  devrt_semaphore* qnext; /* the link of whichever of those lists holds it */
+  bool watched;           /* on the completion thread's list (set under mu, the list under cmu) */
   devrt_semaphore* wnext;
   devrt_semaphore *prev, *next; /* the runtime's live semaphores (queue's mu) */
 };
@@ -104,7 +105,8 @@ typedef struct dv_queue {
   /* Serializes issuing released (once parked) submissions: held across dv_sem_release and the
    * issue of what it returned, so one semaphore's releases are issued in the order released. The
    * one mutex held across driver calls and allocations. The dispatch thread takes it; a host
-   * signal only try-locks it (else it hands the semaphore to the dispatch thread). */
+   * signal only try-locks it (else it hands the semaphore to the dispatch thread), then issues
+   * the chain its release sets off, up to a bound (dv_queue_kick_here). */
   pthread_mutex_t issue;
   pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
   pthread_cond_t cv;

@@ -429,6 +429,32 @@ static void signal_issues_here(void) {
   ctx_close(&c);
 }
 
+/* A host signal that releases a chain (steps parked in reverse, each waiting for the one before)
+ * issues the whole chain before it returns, up to the queue's bound of 256 levels beyond the
+ * first, without the dispatch thread; a longer chain issues at least that much here and the
+ * dispatch thread the rest. */
+static void signal_issues_chain_here(unsigned steps) {
+  ctx c;
+  ctx_open(&c, NULL);
+  devrt_semaphore *h = sem(&c, 0), *s = sem(&c, 0);
+  for (unsigned i = steps; i-- > 0;) /* step i waits s >= i (step 0: h >= 1), signals i + 1 */
+    CHECK_OK(barrier(&c, alt(&c, i), i ? L({s, i}) : L({h, 1}), L({s, i + 1})));
+  devrt_queue_stats st0 = qstats(&c), st;
+  CHECK_OK(devrt_semaphore_signal(h, 1));
+  st = qstats(&c);
+  uint64_t here = st.issued_by_dispatch - st0.issued_by_dispatch, bound = 257;
+  if (steps <= bound) {
+    CHECK(here == steps && st.dispatch_wakeups == st0.dispatch_wakeups);
+  } else {
+    CHECK(here >= bound); /* the dispatch thread may already have issued more */
+    SETTLE(&c, st, st.issued_by_dispatch - st0.issued_by_dispatch == steps);
+  }
+  reached(s, steps);
+  CHECK(qstats(&c).host_hops == 0);
+  DROP(h, s);
+  ctx_close(&c);
+}
+
 /* device -> device: the waiter's wait is already scheduled, so it is issued at once and ordered
  * on the GPU behind a signaller that is still running. */
 static void chain_dd(const ctx* c) {
@@ -823,6 +849,8 @@ int main(void) {
   }
 
   signal_issues_here();
+  signal_issues_chain_here(200);
+  signal_issues_chain_here(600);
   ctx c;
   ctx_open(&c, NULL);
   barrier_chain(&c, false);
