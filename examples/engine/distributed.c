@@ -62,19 +62,6 @@ static int launch(eg_engine* e, eg_device* d, devrt_stream s, eg_stage st, void*
   return 0;
 }
 
-typedef struct copy_ctx {
-  devrt_runtime* rt;
-  void* dst;
-  const void* src;
-} copy_ctx;
-
-/* Foreign stream-ordered work for devrt_launch: the partial's words to the host. */
-static devrt_status copy_out(void* user, devrt_stream s, void* native) {
-  (void)native;
-  copy_ctx* c = user;
-  return devrt_memcpy_async(c->rt, c->dst, c->src, EG_AGG_WORDS * 8, s);
-}
-
 /* Device d's share of v: chunks [k0, k1) generated into the two buffers in turn (gen stream) and
  * scanned into its partial (scan stream). Tracking orders each scan after its generate, and each
  * generate after the scan that last read its buffer. */
@@ -128,14 +115,10 @@ static int dist_query(eg_engine* e, dist_dev* dd, const eg_variant* v, uint32_t 
   if (st != DEVRT_OK || end != DEVRT_OK)
     return eg_fail(e, "distributed query %" PRIu32 ": devrt_all_reduce: %s: %s", query,
                    devrt_status_name(st != DEVRT_OK ? st : end), devrt_last_error());
-  for (int i = 0; i < e->nd; i++) { /* the reads wait for the all-reduce by tracking */
-    eg_device* d = &e->devs[i];
-    copy_ctx c = {d->rt, dd[i].total, eg_block_ptr(e, d, dd[i].partial)};
-    devrt_block_use u = {dd[i].partial, DEVRT_ACCESS_READ};
-    devrt_launch_desc ld = {
-        .stream = dd[i].s[READ], .enqueue = copy_out, .user = &c, .uses = &u, .nuses = 1};
-    CALL(e, "devrt_launch (copy out)", devrt_launch(d->rt, &ld));
-  }
+  for (int i = 0; i < e->nd; i++) /* the reads wait for the all-reduce by tracking */
+    if (eg_copy_to_host(e, &e->devs[i], dd[i].s[READ], dd[i].partial, dd[i].total,
+                        sizeof dd[i].total))
+      return 1;
   for (int i = 0; i < e->nd; i++) {
     eg_device* d = &e->devs[i];
     CALL(e, "devrt_stream_synchronize", devrt_stream_synchronize(d->rt, dd[i].s[READ]));

@@ -518,16 +518,20 @@ static devrt_status copy_out(void* user, devrt_stream s, void* native) {
   return devrt_memcpy_async(c->rt, c->dst, c->src, c->bytes, s);
 }
 
-/* Copies block b (its first `bytes`) to dst on the tenant's check stream, ordered after the
- * block's writers by devrt's use tracking, and waits for it. */
-static int read_block(eg_tenant* t, devrt_block b, void* dst, size_t bytes) {
-  eg_engine* e = t->e;
-  copy_ctx c = {t->d->rt, dst, eg_block_ptr(e, t->d, b), bytes};
+int eg_copy_to_host(eg_engine* e, eg_device* d, devrt_stream s, devrt_block b, void* dst,
+                    size_t bytes) {
+  copy_ctx c = {d->rt, dst, eg_block_ptr(e, d, b), bytes};
   devrt_block_use u = {b, DEVRT_ACCESS_READ};
-  devrt_launch_desc d = {
-      .stream = t->s[CHECK], .enqueue = copy_out, .user = &c, .uses = &u, .nuses = 1};
-  CALL(e, "devrt_launch (copy out)", devrt_launch(t->d->rt, &d));
-  CALL(e, "devrt_stream_synchronize (copy out)", devrt_stream_synchronize(t->d->rt, t->s[CHECK]));
+  devrt_launch_desc ld = {.stream = s, .enqueue = copy_out, .user = &c, .uses = &u, .nuses = 1};
+  CALL(e, "devrt_launch (copy out)", devrt_launch(d->rt, &ld));
+  return 0;
+}
+
+/* Copies block b (its first `bytes`) to dst on the tenant's check stream and waits for it. */
+static int read_block(eg_tenant* t, devrt_block b, void* dst, size_t bytes) {
+  if (eg_copy_to_host(t->e, t->d, t->s[CHECK], b, dst, bytes)) return 1;
+  CALL(t->e, "devrt_stream_synchronize (copy out)",
+       devrt_stream_synchronize(t->d->rt, t->s[CHECK]));
   return 0;
 }
 

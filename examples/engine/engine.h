@@ -284,6 +284,10 @@ int eg_check(eg_engine* e, const eg_tenant* t, const eg_variant* v, uint32_t que
 
 /* A device's address of block b (NULL after eg_fail). */
 void* eg_block_ptr(eg_engine* e, eg_device* d, devrt_block b);
+/* Launches a copy of block b's first `bytes` to dst on stream s of device d, ordered after the
+ * block's writers by devrt's use tracking (foreign stream-ordered work); the caller waits. */
+int eg_copy_to_host(eg_engine* e, eg_device* d, devrt_stream s, devrt_block b, void* dst,
+                    size_t bytes);
 /* The charge of an allocation of n bytes under devrt's caching layer (its size class). */
 uint64_t eg_charge(uint64_t n);
 

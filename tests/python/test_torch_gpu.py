@@ -141,6 +141,7 @@ class Budget(unittest.TestCase):
         self.assertEqual(doc["reserved"], doc["devrt"]["current"], doc)
         self.assertLessEqual(doc["devrt"]["peak"], 1 << 30)
 
+
 CROSS = """
     import json, devrt, devrt.torch
     devrt.torch.use(0)
