@@ -124,6 +124,8 @@ typedef struct devrt_caching_options {
   bool cross_stream_wait;    /* reuse another stream's freed block before its free completed, by
                                 making the allocating stream wait on it (default false) */
   uint64_t max_cached_bytes; /* above this, frees go upstream (0: no bound) */
+  uint64_t max_class_bytes;  /* allocations larger than this pass straight through to upstream,
+                                never cached (0: 64 MiB, the largest class; at most that) */
 } devrt_caching_options;
 /* Per-stream, size-classed free lists in front of upstream. opts may be NULL (defaults). */
 devrt_status devrt_caching_resource_create(devrt_resource* upstream,

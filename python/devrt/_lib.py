@@ -61,6 +61,7 @@ class Config(ctypes.Structure):  # devrt_config, runtime.h
         ("wait_spin_ns", ctypes.c_uint64),
         ("completion", ctypes.c_int),
         ("partition_streams", ctypes.c_uint),
+        ("cache_max_class", ctypes.c_uint64),
     ]
 
 

@@ -107,6 +107,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
                      bud);
   }
   DV_CHECK(env_pick("DEVRT_CACHE", "0", "1", &cfg->cache));
+  DV_CHECK(env_u64("DEVRT_CACHE_MAX_CLASS", 0, (uint64_t)64 << 20, &cfg->cache_max_class));
   const char* log = getenv("DEVRT_LOG");
   cfg->log_path = log && *log ? log : NULL;
   DV_CHECK(env_pick("DEVRT_LOG_FORMAT", "csv", "jsonl", &cfg->log_jsonl));
@@ -142,6 +143,7 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
       c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
       (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) ||
       c->completion < 0 || c->completion > 1 || c->wait_spin_ns > 1000000000 ||
+      c->cache_max_class > ((uint64_t)64 << 20) ||
       (uint64_t)c->stream_pool_size + c->partition_streams > DEVRT_MAX_STREAMS)
     return dv_fail(
         DEVRT_ERR_INVALID_ARGUMENT,
@@ -149,10 +151,12 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
         "host_workers %u in [1,1024], host_devices %u in [1,%d], budget_percent %u in [1,100] "
         "without budget_bytes, "
         "completion %d in [0,1], wait_spin_ns %" PRIu64
-        " <= 1e9, stream_pool_size + partition_streams %u <= %d)",
+        " <= 1e9, stream_pool_size + partition_streams %u <= %d, cache_max_class %" PRIu64
+        " <= 64 MiB)",
         call, c->ordinal, DEVRT_MAX_ORDINALS, (int)c->backend, c->stream_pool_size,
         DEVRT_MAX_STREAMS, c->host_workers, c->host_devices, DEVRT_MAX_ORDINALS, c->budget_percent,
-        c->completion, c->wait_spin_ns, c->partition_streams, DEVRT_MAX_STREAMS);
+        c->completion, c->wait_spin_ns, c->partition_streams, DEVRT_MAX_STREAMS,
+        c->cache_max_class);
   return DEVRT_OK;
 }
 

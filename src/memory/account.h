@@ -38,8 +38,9 @@ struct devrt_account {
   uint64_t
       granularity; /* the pool's real rounding (measured by the leaf; 256 before): a power of two */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
-   * granularity. A caching layer sets it to its size classes. */
+   * granularity. A caching layer sets it to its size classes, and class_max to its largest. */
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
+  uint64_t class_max;
 };
 
 /* This thread's shard: an owned one while any is free (given back when the thread exits), else

@@ -15,9 +15,9 @@
 #define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
 #define UP_DEALLOCATE(self, ...) (self)->upstream->vtable->deallocate((self)->upstream, __VA_ARGS__)
 
-enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB */
+enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB at most */
 enum { STRIPE_BITS = 10, NSTRIPE = 1 << STRIPE_BITS };    /* record-table stripes */
-#define MAX_CLASS ((size_t)64 << 20)
+#define MAX_CLASS ((uint64_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
 typedef struct rec {
@@ -92,7 +92,7 @@ static inline unsigned class_of(size_t n, uint64_t* cls) {
 /* What an allocation of `size` really holds beneath a budget: its class, as the pool rounds it. */
 static uint64_t class_charge(const dv_mem_account* a, size_t size) {
   uint64_t cls = size;
-  if (size <= MAX_CLASS) class_of(size, &cls);
+  if (size <= a->class_max) class_of(size, &cls);
   return dv_round(a, (size_t)cls);
 }
 
@@ -343,7 +343,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
   dv_stream* bs = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &bs, "caching allocate"));
   uint64_t cls = size;
-  unsigned ci = size > MAX_CLASS ? BIG : class_of(size, &cls);
+  unsigned ci = size > c->o.max_class_bytes ? BIG : class_of(size, &cls);
   unsigned si = DV_SID_SLOT(stream);
   slot* s = &c->slots[si];
   rec* b = NULL;
@@ -601,6 +601,9 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_caching_resource_create");
   DV_RT_CHECK(upstream->rt, "devrt_caching_resource_create");
+  DV_ARG_CHECK(!opts || opts->max_class_bytes <= MAX_CLASS, "devrt_caching_resource_create",
+               "max_class_bytes %" PRIu64 " is above the largest class (%" PRIu64 " bytes)",
+               opts ? opts->max_class_bytes : 0, MAX_CLASS);
   devrt_runtime* rt = upstream->rt;
   cache* c = dv_zalloc_lines(sizeof *c);
   slot* sl = dv_zalloc_lines(sizeof *sl * rt->nslots);
@@ -617,8 +620,10 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
     return st;
   }
   if (opts) c->o = *opts;
+  if (!c->o.max_class_bytes) c->o.max_class_bytes = MAX_CLASS;
   if (!c->base.account)
     dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
+  c->base.account->class_max = c->o.max_class_bytes;
   c->base.account->charge = class_charge; /* budgets above charge the class, not the request */
   *out = &c->base;
   return DEVRT_OK;

@@ -423,6 +423,41 @@ static void stock_stays(devrt_resource* up) {
   CHECK_OK(devrt_stream_release(rt, b));
 }
 
+/* max_class_bytes: larger allocations pass straight through (never cached, charged as they are);
+ * smaller ones are cached as before; a bound past the largest class is refused. */
+static void class_bound(devrt_resource* up) {
+  devrt_runtime* rt = up->rt;
+  devrt_stream a;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &a));
+  devrt_caching_options o = {.max_class_bytes = ((uint64_t)64 << 20) + 1};
+  devrt_resource* c = NULL;
+  CHECK_STATUS(devrt_caching_resource_create(up, &o, &c), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "max_class_bytes"));
+  o.max_class_bytes = 1 << 20;
+  REQUIRE_OK(devrt_caching_resource_create(up, &o, &c));
+  devrt_budget_options bo = {.limit_bytes = 1ull << 40};
+  devrt_resource* bud = NULL;
+  REQUIRE_OK(devrt_budget_create(c, &bo, &bud));
+  devrt_resource_figures base = t_figures(c);
+  void *p = NULL, *q = NULL;
+  size_t over = (1 << 20) + 1000; /* a class of 1.25 MiB, were it cached */
+  REQUIRE_OK(devrt_resource_allocate(bud, 1 << 20, a, "small", &p));
+  REQUIRE_OK(devrt_resource_allocate(bud, over, a, "big", &q));
+  devrt_resource_figures x = t_figures(c);
+  CHECK(x.live_bytes == base.live_bytes + dv_round(up->account, 1 << 20) +
+                            dv_round(up->account, over));
+  CHECK(dv_budget_live(bud) == dv_round(up->account, 1 << 20) + dv_round(up->account, over));
+  CHECK_OK(devrt_resource_deallocate(bud, q, over, a));
+  CHECK_OK(devrt_resource_deallocate(bud, p, 1 << 20, a));
+  x = t_figures(c);
+  CHECK(x.cached_bytes == base.cached_bytes + dv_round(up->account, 1 << 20));
+  CHECK(x.live_bytes == base.live_bytes && dv_budget_live(bud) == 0);
+  CHECK(x.cache_misses == base.cache_misses + 1); /* the pass-through is not a miss */
+  CHECK_OK(devrt_resource_release(bud));
+  CHECK_OK(devrt_resource_release(c));
+  CHECK_OK(devrt_stream_release(rt, a));
+}
+
 int main(void) {
   devrt_runtime* rt = t_runtime();
   CHECK_STATUS(devrt_caching_resource_create(NULL, NULL, &(devrt_resource*){0}),
@@ -442,6 +477,7 @@ int main(void) {
   REQUIRE_OK(devrt_async_resource_create(rt, &up));
   suite(rt, up, NULL, true);
   stock_stays(up);
+  class_bound(up);
   figures_within_held();
   CHECK_OK(devrt_resource_release(up));
 

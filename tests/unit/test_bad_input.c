@@ -57,6 +57,18 @@ int main(void) {
   setenv("DEVRT_BACKEND", "gpu", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_BACKEND");
   unsetenv("DEVRT_BACKEND");
+  setenv("DEVRT_CACHE_MAX_CLASS", "67108865", 1); /* past the largest class, 64 MiB */
+  BAD(devrt_config_init(&cfg), "DEVRT_CACHE_MAX_CLASS");
+  setenv("DEVRT_CACHE_MAX_CLASS", "1M", 1);
+  BAD(devrt_config_init(&cfg), "DEVRT_CACHE_MAX_CLASS");
+  setenv("DEVRT_CACHE_MAX_CLASS", "1048576", 1);
+  CHECK_OK(devrt_config_init(&cfg));
+  CHECK(cfg.cache_max_class == 1 << 20);
+  unsetenv("DEVRT_CACHE_MAX_CLASS");
+  REQUIRE_OK(devrt_config_init(&cfg));
+  CHECK(cfg.cache_max_class == 0);
+  cfg.cache_max_class = 1ull << 40;
+  BAD(devrt_runtime_create(&cfg, &other), "cache_max_class");
   REQUIRE_OK(devrt_config_init(&cfg));
   BAD(devrt_configure(-1, &cfg), "devrt_configure");
   BAD(devrt_configure(DEVRT_MAX_ORDINALS, &cfg), "devrt_configure");
