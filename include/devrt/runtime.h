@@ -49,8 +49,8 @@ typedef struct devrt_config {
   unsigned partition_streams; /* DEVRT_PARTITION_STREAMS: stream slots reserved for layouts'
                                  partitions, all layouts together (partition.h; default 64);
                                  stream_pool_size + this <= DEVRT_MAX_STREAMS */
-  uint64_t cache_max_class; /* DEVRT_CACHE_MAX_CLASS=bytes: the caching layer's max_class_bytes
-                               (resource.h; 0 or unset: 64 MiB) */
+  uint64_t cache_max_class;   /* DEVRT_CACHE_MAX_CLASS=bytes: the caching layer's max_class_bytes
+                                 (resource.h; 0 or unset: 64 MiB) */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.

@@ -444,8 +444,8 @@ static void class_bound(devrt_resource* up) {
   REQUIRE_OK(devrt_resource_allocate(bud, 1 << 20, a, "small", &p));
   REQUIRE_OK(devrt_resource_allocate(bud, over, a, "big", &q));
   devrt_resource_figures x = t_figures(c);
-  CHECK(x.live_bytes == base.live_bytes + dv_round(up->account, 1 << 20) +
-                            dv_round(up->account, over));
+  CHECK(x.live_bytes ==
+        base.live_bytes + dv_round(up->account, 1 << 20) + dv_round(up->account, over));
   CHECK(dv_budget_live(bud) == dv_round(up->account, 1 << 20) + dv_round(up->account, over));
   CHECK_OK(devrt_resource_deallocate(bud, q, over, a));
   CHECK_OK(devrt_resource_deallocate(bud, p, 1 << 20, a));
