@@ -11,7 +11,6 @@
 libdevrt is the libdevrt.so next to this package, else DEVRT_LIBRARY (see _lib.py).
 """
 import ctypes
-import os
 import re
 
 from . import _lib
@@ -35,8 +34,6 @@ __all__ = [
 
 # devrt_configure keeps the config's log_path pointer: the strings must live until exit.
 _kept = []
-_configured = set()  # ordinals configure() has set: framework defaults leave them alone
-FRAMEWORK_MAX_CLASS = 1 << 20  # cache_max_class under PyTorch and CuPy (see _framework_defaults)
 
 
 def library_path():
@@ -76,32 +73,7 @@ def configure(ordinal=0, budget=None, cache=None, log=None, log_format=None,
     budget: bytes (int) or "N%" of device memory; cache: bool (the caching layer);
     cache_max_class: bytes; larger allocations bypass the cache (0: 64 MiB, the largest class);
     log: allocation log file path; log_format: "csv" or "jsonl".
-    Must run before the runtime's first use (DevrtError INVALID_STATE after); it sets the whole
-    configuration, replacing the framework default devrt.torch.use() and devrt.cupy.use() set."""
-    _configure(ordinal, budget, cache, log, log_format, cache_max_class)
-    _configured.add(int(ordinal))
-
-
-def _framework_defaults(count):
-    """What devrt.torch.use() and devrt.cupy.use() do first: each of the `count` devices whose
-    runtime is not yet created, nor set by configure(), is configured with cache_max_class =
-    FRAMEWORK_MAX_CLASS (1 MiB) unless DEVRT_CACHE_MAX_CLASS is set. A framework's tensors above
-    1 MiB then come from the stream-ordered pool, whose reuse across sizes keeps the memory
-    reserved near the live bytes, where size classes would keep each size's own high-water mark;
-    smaller ones stay cached (docs/python.md has the measurements)."""
-    if os.environ.get("DEVRT_CACHE_MAX_CLASS"):
-        return
-    for i in range(count):
-        if i in _configured:
-            continue
-        try:
-            _configure(i, None, None, None, None, FRAMEWORK_MAX_CLASS)
-        except DevrtError as e:
-            if e.status_name != "INVALID_STATE":  # the runtime exists: it keeps what it has
-                raise
-
-
-def _configure(ordinal, budget, cache, log, log_format, cache_max_class):
+    Must run before the runtime's first use (DevrtError INVALID_STATE after)."""
     lib = _lib.load()
     cfg = _lib.Config()
     _lib.check(lib.devrt_config_init(ctypes.byref(cfg)))

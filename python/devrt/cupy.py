@@ -114,14 +114,9 @@ def malloc(size):
 
 def use():
     """Makes devrt CuPy's allocator (cupy.cuda.set_allocator(malloc)) in this process. Memory
-    CuPy's previous allocator handed out stays valid and goes back to it. Each device's runtime
-    not yet created or configured gets cache_max_class = 1 MiB (devrt._framework_defaults).
-    Returns malloc."""
+    CuPy's previous allocator handed out stays valid and goes back to it. Returns malloc."""
     import cupy
 
-    from . import _framework_defaults
-
-    _framework_defaults(cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.set_allocator(malloc)
     return malloc
 

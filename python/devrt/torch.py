@@ -62,10 +62,8 @@ def use(device=None):
     devrt_torch_alloc / devrt_torch_free, then change_current_allocator). PyTorch takes it for
     every device; `device` (an ordinal, "cuda:N" or a torch.device), when given, has devrt's
     runtime of that device created now, so a configuration or device error is raised here
-    rather than by the first allocation. Each device's runtime not yet created or configured gets
-    cache_max_class = 1 MiB (devrt._framework_defaults). Must run before PyTorch initialises
-    CUDA: DevrtError (INVALID_STATE) after. Calling it again once installed returns the same
-    allocator."""
+    rather than by the first allocation. Must run before PyTorch initialises CUDA: DevrtError
+    (INVALID_STATE) after. Calling it again once installed returns the same allocator."""
     global _allocator
     if _allocator is not None:
         return _allocator
@@ -78,9 +76,6 @@ def use(device=None):
             "devrt.torch.use: PyTorch has already initialised CUDA and its allocator; call "
             "devrt.torch.use() before the first CUDA tensor or torch.cuda call",
         )
-    from . import _framework_defaults
-
-    _framework_defaults(torch.cuda.device_count())
     ordinal = _ordinal(device)
     if ordinal is not None:
         _lib.runtime(ordinal)

@@ -38,7 +38,8 @@ struct devrt_account {
   uint64_t
       granularity; /* the pool's real rounding (measured by the leaf; 256 before): a power of two */
   /* Bytes an allocation of `size` really holds beneath a budget; NULL: size rounded to the
-   * granularity. A caching layer sets it to its size classes, and class_max to its largest. */
+   * granularity. A caching layer sets it to its size classes, and class_max to its largest
+   * (larger sizes are charged as they are); both are written once, when that layer is built. */
   uint64_t (*charge)(const dv_mem_account* a, size_t size);
   uint64_t class_max;
 };

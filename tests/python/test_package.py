@@ -150,31 +150,6 @@ class Package(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(json.loads(out), [0, 1 << 20])
 
-    def test_framework_defaults(self):
-        # What torch.use() and cupy.use() apply first: 1 MiB max class on each device whose runtime
-        # is neither created nor configured; DEVRT_CACHE_MAX_CLASS or configure() take precedence.
-        code = """
-            import ctypes, json, sys, devrt
-            from devrt import _lib
-            if sys.argv[-1] == "configured":
-                devrt.configure(budget="90%")
-            devrt._framework_defaults(1)
-            lib, rt, stack = _lib.load(), _lib.runtime(0), _lib.stack(0)
-            devrt._framework_defaults(1)  # the runtime exists now: nothing changes, no error
-            s, p, n = _lib.c_stream(), ctypes.c_void_p(), 2 << 20
-            _lib.check(lib.devrt_stream_acquire(rt, _lib.DEVRT_ACQUIRE_WAIT, ctypes.byref(s)))
-            _lib.check(lib.devrt_resource_allocate(stack, n, s, b"t", ctypes.byref(p)))
-            _lib.check(lib.devrt_resource_deallocate(stack, p, n, s))
-            print(devrt.figures()["cached_bytes"])
-        """
-        for how, env, cached in (("default", {}, 0), ("env", {"DEVRT_CACHE_MAX_CLASS": "0"}, 2 << 20),
-                                 ("configured", {}, 2 << 20)):
-            with self.subTest(how=how):
-                rc, out, err = py(code.replace("sys.argv[-1]", repr(how)), env=env,
-                                  drop=() if env else ("DEVRT_CACHE_MAX_CLASS",))
-                self.assertEqual(rc, 0, err)
-                self.assertEqual(int(out), cached)
-
     def test_configure_after_first_use(self):
         devrt.info()
         with self.assertRaises(devrt.DevrtError) as cm:

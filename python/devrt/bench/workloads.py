@@ -191,10 +191,8 @@ def run(spec):
     if allocator == "devrt":
         import devrt.torch
 
-        if spec.get("log") or spec.get("budget"):  # configure() replaces use()'s default
-            keep = os.environ.get("DEVRT_CACHE_MAX_CLASS")
-            devrt.configure(budget=spec.get("budget"), log=spec.get("log"),
-                            cache_max_class=None if keep else devrt.FRAMEWORK_MAX_CLASS)
+        if spec.get("log") or spec.get("budget"):
+            devrt.configure(budget=spec.get("budget"), log=spec.get("log"))
         devrt.torch.use(0)
     elif allocator == "async" and "cudaMallocAsync" not in os.environ.get(
             "PYTORCH_CUDA_ALLOC_CONF", ""):
