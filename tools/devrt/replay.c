@@ -330,8 +330,8 @@ static int finish(replay* R, devrt_resource* r) {
 }
 
 /* Builds stack k: full is the runtime's own stack (borrowed, a reference taken); nocache is
- * budget (DEVICE, the device's size) -> statistics -> async; async and simple are the bare
- * leaves. */
+ * budget (DEVICE, the device's size, waiting for pending frees) -> statistics -> async; async and
+ * simple are the bare leaves. */
 static int build(devrt_runtime* rt, int k, uint64_t total, devrt_resource** out) {
   devrt_resource *leaf = NULL, *stats = NULL;
   if (k == 0) {
@@ -351,7 +351,11 @@ static int build(devrt_runtime* rt, int k, uint64_t total, devrt_resource** out)
   devrt_status s = devrt_statistics_resource_create(leaf, &stats);
   devrt_resource_release(leaf);
   RTRY("devrt_statistics_resource_create", s);
-  devrt_budget_options bo = {.limit_bytes = total, .scope = DEVRT_BUDGET_DEVICE};
+  /* Waiting for pending frees before refusing: the replay measures reserve and speed, and a
+   * stream that runs behind the replay (the host backend's) would otherwise refuse logs whose
+   * live bytes fit. */
+  devrt_budget_options bo = {
+      .limit_bytes = total, .scope = DEVRT_BUDGET_DEVICE, .wait_for_pending = true};
   s = devrt_budget_create(stats, &bo, out);
   devrt_resource_release(stats);
   RTRY("devrt_budget_create", s);
