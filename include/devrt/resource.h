@@ -120,12 +120,13 @@ devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out
 /* Leaf on synchronous cuMemAlloc / cuMemFree (the stream is only checked). */
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out);
 
+#define DEVRT_CACHING_MAX_CLASS ((uint64_t)64 << 20) /* the largest size class: 64 MiB */
 typedef struct devrt_caching_options {
   bool cross_stream_wait;    /* reuse another stream's freed block before its free completed, by
                                 making the allocating stream wait on it (default false) */
   uint64_t max_cached_bytes; /* above this, frees go upstream (0: no bound) */
   uint64_t max_class_bytes;  /* allocations larger than this pass straight through to upstream,
-                                never cached (0: 64 MiB, the largest class; at most that) */
+                                never cached (0: DEVRT_CACHING_MAX_CLASS; at most that) */
 } devrt_caching_options;
 /* Per-stream, size-classed free lists in front of upstream. opts may be NULL (defaults). */
 devrt_status devrt_caching_resource_create(devrt_resource* upstream,

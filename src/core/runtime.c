@@ -107,7 +107,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
                      bud);
   }
   DV_CHECK(env_pick("DEVRT_CACHE", "0", "1", &cfg->cache));
-  DV_CHECK(env_u64("DEVRT_CACHE_MAX_CLASS", 0, (uint64_t)64 << 20, &cfg->cache_max_class));
+  DV_CHECK(env_u64("DEVRT_CACHE_MAX_CLASS", 0, DEVRT_CACHING_MAX_CLASS, &cfg->cache_max_class));
   const char* log = getenv("DEVRT_LOG");
   cfg->log_path = log && *log ? log : NULL;
   DV_CHECK(env_pick("DEVRT_LOG_FORMAT", "csv", "jsonl", &cfg->log_jsonl));
@@ -143,7 +143,7 @@ static devrt_status config_check(const devrt_config* c, const char* call) {
       c->host_devices < 1 || c->host_devices > DEVRT_MAX_ORDINALS ||
       (!c->budget_bytes && (c->budget_percent < 1 || c->budget_percent > 100)) ||
       c->completion < 0 || c->completion > 1 || c->wait_spin_ns > 1000000000 ||
-      c->cache_max_class > ((uint64_t)64 << 20) ||
+      c->cache_max_class > DEVRT_CACHING_MAX_CLASS ||
       (uint64_t)c->stream_pool_size + c->partition_streams > DEVRT_MAX_STREAMS)
     return dv_fail(
         DEVRT_ERR_INVALID_ARGUMENT,

@@ -17,7 +17,6 @@
 
 enum { MIN_SHIFT = 9, STEPS = 4, NCLS = 69, BIG = 0xff }; /* classes 512 B .. 64 MiB at most */
 enum { STRIPE_BITS = 10, NSTRIPE = 1 << STRIPE_BITS };    /* record-table stripes */
-#define MAX_CLASS ((uint64_t)64 << 20)
 enum { LIVE = 1, CACHED = 2 };
 
 typedef struct rec {
@@ -601,9 +600,10 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
   *out = NULL;
   DV_RES_CHECK(upstream, "devrt_caching_resource_create");
   DV_RT_CHECK(upstream->rt, "devrt_caching_resource_create");
-  DV_ARG_CHECK(!opts || opts->max_class_bytes <= MAX_CLASS, "devrt_caching_resource_create",
+  DV_ARG_CHECK(!opts || opts->max_class_bytes <= DEVRT_CACHING_MAX_CLASS,
+               "devrt_caching_resource_create",
                "max_class_bytes %" PRIu64 " is above the largest class (%" PRIu64 " bytes)",
-               opts ? opts->max_class_bytes : 0, MAX_CLASS);
+               opts ? opts->max_class_bytes : 0, DEVRT_CACHING_MAX_CLASS);
   devrt_runtime* rt = upstream->rt;
   cache* c = dv_zalloc_lines(sizeof *c);
   slot* sl = dv_zalloc_lines(sizeof *sl * rt->nslots);
@@ -620,7 +620,7 @@ devrt_status devrt_caching_resource_create(devrt_resource* upstream,
     return st;
   }
   if (opts) c->o = *opts;
-  if (!c->o.max_class_bytes) c->o.max_class_bytes = MAX_CLASS;
+  if (!c->o.max_class_bytes) c->o.max_class_bytes = DEVRT_CACHING_MAX_CLASS;
   if (!c->base.account)
     dv_account_init(&c->own), c->base.account = &c->own, c->own.granularity = 256;
   c->base.account->class_max = c->o.max_class_bytes;
