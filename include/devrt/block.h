@@ -64,8 +64,12 @@ devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stre
  * runtime's free stream after waits on every recorded use not known complete (never on a user's
  * stream, which would make that stream wait for unrelated work), its bytes move from live to
  * pending (or to cached, under a caching layer), and devrt_reap_pending retires them. The handle
- * is stale at once. A block that a launch or a finish on another thread is recording a use of
- * is refused with INVALID_STATE (nothing is lost: free it again). Thread-safe. */
+ * is stale at once. A launch or a finish on another thread that is recording a use of the block
+ * when the free starts is waited for (a short wait) and the free is ordered after that use; one
+ * that starts after the free is refused (INVALID_STATE). So a free of a live block returns OK or
+ * a real error, never a refusal that depends on another thread's timing; only a second free of
+ * the same block racing the first is refused (INVALID_STATE, or STALE_BLOCK once the first is
+ * done). Thread-safe. */
 devrt_status devrt_block_free(devrt_runtime* rt, devrt_block block);
 
 /* The device address (host backend: a host address). Thread-safe. */

@@ -271,6 +271,9 @@ static DV_NOINLINE devrt_runtime* peer_owner(devrt_runtime* rt, devrt_block h) {
   return NULL;
 }
 
+/* b's tag for a message, read with b locked (a reused slot's allocation rewrites it). */
+static const char* tag_of(const dv_blk* b) { return b->tag ? b->tag : "untagged"; }
+
 /* The block of a live handle, locked; NULL (with the error set in *st) otherwise. */
 static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
   dv_blk* b = record_of(rt, h);
@@ -287,12 +290,13 @@ static dv_blk* get_locked(devrt_runtime* rt, devrt_block h, const char* call, de
 static dv_blk* get_ready(devrt_runtime* rt, devrt_block h, const char* call, devrt_status* st) {
   dv_blk* b = get_locked(rt, h, call, st);
   if (b && b->pending) {
+    const char* tag = tag_of(b);
     unlock(b);
     *st =
         dv_fail(DEVRT_ERR_INVALID_STATE,
                 "%s: block %#" PRIx64
                 " (tag %s) is a queued allocation not issued yet: wait for its submission's signal",
-                call, h, b->tag ? b->tag : "untagged");
+                call, h, tag);
     return NULL;
   }
   return b;
@@ -946,7 +950,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(devrt_runtime* rt, dv_uses* x
       lock_with_room(rt, b, r);
     else
       lock_tracked(rt, b);
-    DV_ASSERT(!how || (b->pins && !(b->pins & FREEING))); /* pinned: no free can have started */
+    DV_ASSERT(!how || (b->pins & ~FREEING)); /* pinned: a free waits for this finish */
     if (ev) { /* waited: pinned here, its waits gathered and issued, and not changed since */
       record_use(rt, &b->t, u[k].access, slot, r, how && !g && b->t.epoch == x->epoch[k]);
       touched(b);
@@ -1184,18 +1188,24 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
   WAIT_BUF(rt, w); /* before the lock */
   if (!w) return dv_waits_refused(rt);
   dv_blk* b = get_tracked(rt, h, "devrt_block_free", &st);
-  if (b && b->pins) {
+  if (!b) return st;
+  if (b->pins & FREEING) { /* two frees of one block at once: the caller's race */
+    const char* tag = tag_of(b);
     unlock(b);
-    st = dv_fail(DEVRT_ERR_INVALID_STATE,
-                 "devrt_block_free: block %#" PRIx64
-                 " (tag %s) is in a launch being issued, or being freed, on another thread",
-                 h, b->tag ? b->tag : "untagged");
-    b = NULL;
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_block_free: block %#" PRIx64 " (tag %s) is being freed by another thread",
+                   h, tag);
   }
-  if (!b) {
-    return st;
+  /* From here every new pin is refused; the launches and finishes that pinned b before are
+   * recording their uses (a pin lasts one call's issue: short), and the free waits for them, so
+   * it is ordered after the uses they record rather than refused because of their timing. */
+  b->pins |= FREEING;
+  while (b->pins != FREEING) {
+    unlock(b);
+    sched_yield();
+    lock(b);
   }
-  b->pins = FREEING;
+  DV_ASSERT(b->live && b->gen == h >> INDEX_BITS); /* FREEING kept every other free away */
   touched(b); /* a repeat launch that saw the old version has claimed its slot: wait for it */
   uint16_t users[USERS_MAX];
   unsigned nusers = b->nusers;
@@ -1304,18 +1314,19 @@ devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_str
   return st;
 }
 
-/* Pins a live block for a finish (a free is refused until the finish unpins it); INVALID_STATE
- * if a free is in progress, STALE_BLOCK if it is done. */
+/* Pins a live block for a finish (a free waits until the finish unpins it); INVALID_STATE if a
+ * free is in progress, STALE_BLOCK if it is done. */
 static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_tracked(rt, h, "devrt_finish_block_use", &st);
   if (!b) return st;
   if (b->pins & FREEING) {
+    const char* tag = tag_of(b);
     unlock(b);
     return dv_fail(DEVRT_ERR_INVALID_STATE,
                    "devrt_finish_block_use: block %#" PRIx64
                    " (tag %s) is being freed by another thread: the use is not recorded",
-                   h, b->tag ? b->tag : "untagged");
+                   h, tag);
   }
   b->pins++;
   unlock(b);
@@ -1338,7 +1349,7 @@ devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stre
     lock_with_room(rt, b, &r);
   else
     lock_tracked(rt, b);
-  DV_ASSERT(b->pins && !(b->pins & FREEING) && b->live);
+  DV_ASSERT((b->pins & ~FREEING) && b->live); /* pinned: a free waits for this finish */
   if (ev) { /* waited: this stream's prepare waited as a write for what the track still holds */
     record_use(rt, &b->t, a, slot, &r,
                b->prep_slot == slot + 1 && b->prep_write && b->prep_epoch == b->t.epoch);
@@ -1388,7 +1399,7 @@ devrt_status dv_blocks_check_none(devrt_runtime* rt, const char* call) {
     dv_blk* b = at(t, i);
     if (!b) continue;
     lock(b);
-    if (b->live && !live++) tag = b->tag ? b->tag : "untagged";
+    if (b->live && !live++) tag = tag_of(b);
     unlock(b);
   }
   if (!live) return DEVRT_OK;

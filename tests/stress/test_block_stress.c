@@ -2,8 +2,11 @@
  * rounds each: alloc -> fill x on A -> slow copy x to y on B -> overwrite x on A -> checksum y on
  * C -> free (half freed while that work may still run), every result checked; then 16 threads x a
  * quarter of the rounds, so the sanitizers see the tracking path under 16 threads; then 8 threads
- * sharing one set of blocks that groups and dissolves under them. */
+ * sharing one set of blocks that groups and dissolves under them; then refusals whose messages race
+ * the reuse of their block's slot (ThreadSanitizer's case). */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include "launch_util.h"
 
 enum { MAX_THREADS = 16, N = 256 };
@@ -197,6 +200,68 @@ static void phase_groups(int nthreads) {
   CHECK_OK(devrt_stream_release(rt, s));
 }
 
+/* ---- refusal messages racing a slot's reuse ---- */
+
+static _Atomic devrt_block current; /* the block the owner allocated last (0 between) */
+static _Atomic bool owner_done;
+
+/* Allocates and frees one block after another: each new block takes the slot just freed, so its
+ * record (tag included) is written again while the other thread's refusals describe the last. */
+static void* owner_run(void* arg) {
+  worker* w = arg;
+  devrt_stream s = 0;
+  if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s)) return fail(w, "acquire"), NULL;
+  for (int it = 0; it < iters * 8; it++) {
+    devrt_block b = 0;
+    if (devrt_block_alloc(rt, N * 4, s, it & 1 ? "odd" : "even", &b)) {
+      fail(w, "devrt_block_alloc");
+      break;
+    }
+    atomic_store(&current, b);
+    for (int k = it % 4; k; k--) sched_yield(); /* let the other thread find it live */
+    devrt_status st = devrt_block_free(rt, b); /* the other thread may have freed it first */
+    if (st != DEVRT_OK && st != DEVRT_ERR_STALE_BLOCK && st != DEVRT_ERR_INVALID_STATE)
+      fail(w, "devrt_block_free");
+  }
+  atomic_store(&owner_done, true);
+  if (devrt_stream_release(rt, s)) fail(w, "devrt_stream_release");
+  return NULL;
+}
+
+/* Finishes uses of, and frees, whatever block the owner holds: refused (STALE_BLOCK or
+ * INVALID_STATE) with a message naming the block's tag, read while the owner reuses the slot. */
+static void* racer_run(void* arg) {
+  worker* w = arg;
+  devrt_stream s = 0;
+  if (devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &s)) return fail(w, "acquire"), NULL;
+  for (unsigned k = 0; !atomic_load(&owner_done); k++) {
+    devrt_block b = atomic_load(&current);
+    devrt_status st =
+        b ? (k & 1 ? devrt_block_free(rt, b) : devrt_finish_block_use(rt, b, s, DEVRT_ACCESS_READ))
+          : DEVRT_OK;
+    if (st != DEVRT_OK && st != DEVRT_ERR_STALE_BLOCK && st != DEVRT_ERR_INVALID_STATE)
+      fail(w, k & 1 ? "devrt_block_free" : "devrt_finish_block_use");
+    else if (st != DEVRT_OK)
+      w->checked++;
+  }
+  if (devrt_stream_synchronize(rt, s) || devrt_stream_release(rt, s)) fail(w, "release");
+  return NULL;
+}
+
+static void phase_messages(void) {
+  worker w[2] = {{.id = 0}, {.id = 1}};
+  pthread_t t[2];
+  uint64_t live0 = bstats(rt).blocks_live;
+  pthread_create(&t[0], NULL, owner_run, &w[0]);
+  pthread_create(&t[1], NULL, racer_run, &w[1]);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  printf("refusals racing a slot's reuse: %llu refused, %llu errors\n",
+         (unsigned long long)w[1].checked, (unsigned long long)(w[0].errors + w[1].errors));
+  CHECK(w[0].errors == 0 && w[1].errors == 0);
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  CHECK(bstats(rt).blocks_live == live0);
+}
+
 int main(void) {
   const char* env = getenv("DEVRT_STRESS_ITERS");
   if (env && (iters = atoi(env)) <= 0) {
@@ -209,6 +274,7 @@ int main(void) {
   iters = iters / 4 ? iters / 4 : 1;
   phase(MAX_THREADS); /* and 16 threads, for the sanitizers */
   phase_groups(8);
+  phase_messages();
   CHECK_OK(devrt_module_unload(rt, K.mod));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();

@@ -7,6 +7,8 @@
  * (its memory handed out again), or on the host backend as AddressSanitizer's report. Cache off,
  * then on. DEVRT_STRESS_ITERS (rounds per thread and phase), DEVRT_STRESS_SEED (else time). */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include "launch_util.h"
 
 enum { THREADS = 6, SLOTS = 6, NW = 256 };
@@ -48,8 +50,8 @@ static bool refused(devrt_status st) {
   return st == DEVRT_ERR_STALE_BLOCK || st == DEVRT_ERR_INVALID_STATE;
 }
 
-/* Frees slot i's block (unless a use on another thread is issuing against it) and puts a new one
- * there, written by a slow fill with a value no other block has had. */
+/* Frees slot i's block and puts a new one there, written by a slow fill with a value no other block
+ * has had. */
 static void replace(worker* w, int i) {
   slot* sl = &slots[i];
   pthread_rwlock_wrlock(&sl->lk);
@@ -66,9 +68,7 @@ static void replace(worker* w, int i) {
     }
     sl->value = v, sl->b = b;
     if (st != DEVRT_OK) fail(w, "alloc and fill", st);
-  } else if (st == DEVRT_ERR_INVALID_STATE) {
-    w->refused++;
-  } else {
+  } else { /* a free of a live block is never refused because of another thread's timing */
     fail(w, "devrt_block_free", st);
   }
   pthread_rwlock_unlock(&sl->lk);
@@ -224,6 +224,84 @@ static void phase(bool cache) {
   CHECK_OK(devrt_runtime_destroy(rt));
 }
 
+/* ---- a free racing the issue of a parked launch over its block ---- */
+
+typedef struct issuer {
+  devrt_semaphore* sem;
+  _Atomic uint64_t go; /* the value to signal next; the owner sets it, the issuer signals it */
+  int rounds;
+  devrt_status st;
+} issuer;
+
+static void* signal_each(void* arg) {
+  issuer* is = arg;
+  for (uint64_t v = 1; v <= (uint64_t)is->rounds && is->st == DEVRT_OK; v++) {
+    while (atomic_load(&is->go) < v) sched_yield();
+    is->st = devrt_semaphore_signal(is->sem, v); /* issues the parked launch on this thread */
+  }
+  return NULL;
+}
+
+/* The owner submits a launch over its block parked behind a semaphore, another thread signals the
+ * semaphore (which issues the launch on that thread), and the owner frees the block at once: the
+ * free runs while the launch is being issued as often as not. Every free of the live block must
+ * return OK, whatever the timing: the free waits for the issue in flight and is ordered after it
+ * (or, when it comes first, the launch is refused as stale). */
+static void issue_race(void) {
+  rt = t_runtime();
+  k_load(rt, &K);
+  devrt_stream s = 0;
+  REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_WAIT, &s));
+  issuer is = {.rounds = iters * 4};
+  REQUIRE_OK(devrt_semaphore_create(rt, 0, &is.sem));
+  pthread_t th;
+  REQUIRE_OK(pthread_create(&th, NULL, signal_each, &is) ? DEVRT_ERR_OUT_OF_RESOURCES : DEVRT_OK);
+  unsigned refused = 0, errors = 0;
+  for (uint64_t v = 1; v <= (uint64_t)is.rounds; v++) {
+    devrt_block b = 0;
+    REQUIRE_OK(devrt_block_alloc(rt, NW * 4, s, "parked", &b));
+    void* p = bptr(rt, b);
+    uint32_t val = (uint32_t)v;
+    uint64_t n = NW, ns = 0;
+    devrt_block_use u[] = {{b, DEVRT_ACCESS_WRITE}};
+    devrt_semaphore_value w = {is.sem, v};
+    devrt_submission sub = {.stream = s,
+                            .waits = &w,
+                            .nwaits = 1,
+                            .kind = DEVRT_WORK_LAUNCH,
+                            .launch = {.kernel = K.slow_fill,
+                                       .grid = {1},
+                                       .block = {256},
+                                       .args = (void*[]){&p, &val, &n, &ns},
+                                       .uses = u,
+                                       .nuses = 1}};
+    REQUIRE_OK(devrt_queue_submit(rt, &sub));
+    atomic_store(&is.go, v);
+    for (unsigned k = (unsigned)(v % 8); k; k--) sched_yield(); /* vary where the free lands */
+    devrt_status st = devrt_block_free(rt, b);
+    if (st == DEVRT_ERR_INVALID_STATE && !refused++)
+      fprintf(stderr, "free refused for timing: %s\n", devrt_last_error());
+    else if (st != DEVRT_OK && st != DEVRT_ERR_INVALID_STATE && !errors++)
+      fprintf(stderr, "devrt_block_free: %s: %s\n", devrt_status_name(st), devrt_last_error());
+  }
+  pthread_join(th, NULL);
+  CHECK_OK(is.st);
+  CHECK_OK(devrt_semaphore_wait(is.sem, (uint64_t)is.rounds, 20000 * MS));
+  CHECK_OK(devrt_stream_synchronize(rt, s));
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  printf(
+      "issue race: %d frees of a block whose parked launch another thread issues: %u refused, "
+      "%u failed\n",
+      is.rounds, refused, errors);
+  CHECK(refused == 0);
+  CHECK(errors == 0);
+  CHECK(bstats(rt).blocks_live == 0);
+  CHECK_OK(devrt_semaphore_destroy(is.sem));
+  CHECK_OK(devrt_stream_release(rt, s));
+  CHECK_OK(devrt_module_unload(rt, K.mod));
+  CHECK_OK(devrt_runtime_destroy(rt));
+}
+
 int main(void) {
   const char* env = getenv("DEVRT_STRESS_ITERS");
   if (env && (iters = atoi(env)) <= 0) {
@@ -236,5 +314,6 @@ int main(void) {
          seed0, seed0);
   phase(false);
   phase(true);
+  issue_race();
   return t_done();
 }
