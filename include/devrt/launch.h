@@ -72,7 +72,10 @@ typedef struct devrt_block_use {
  * CUstream on cuda, the host backend's stream handle on host) and return its status. Runs on the
  * calling thread, between prepare and record. Work it puts on another stream is covered only if
  * it joins that stream back into `native` before returning (record an event there, wait on it
- * here): devrt records the launch's end on `native` alone. */
+ * here): devrt records the launch's end on `native` alone. The launch holds its blocks while the
+ * callback runs: a free of one of them from another thread waits until the launch has recorded
+ * its use, so the callback must not wait for a thread that frees one; a free of a block held by a
+ * launch being issued, called from inside a callback, is refused (INVALID_STATE). */
 typedef devrt_status (*devrt_enqueue_fn)(void* user, devrt_stream stream, void* native);
 
 typedef struct devrt_launch_desc {

@@ -47,7 +47,9 @@ devrt_status devrt_stream_native(devrt_runtime* rt, devrt_stream stream, void** 
  * native: on cuda a CUstream of the device's primary context (the runtime API's and PyTorch's)
  * or of a green context of it (devrt's events must be recordable on it); on host, a host
  * stream of the same ordinal (e.g. another runtime's devrt_stream_native). It must stay alive
- * until its last import is forgotten; devrt never destroys it.
+ * until its last import is forgotten; devrt never destroys it. When it is a stream another live
+ * devrt runtime created, that runtime's destroy (or its partition's layout's) is refused with
+ * INVALID_STATE until the import is forgotten.
  * Importing a handle already imported (and not yet forgotten as often) gives the same id and
  * counts one more import. NULL and DEVRT_STREAM_LEGACY name the legacy default stream: devrt
  * gives it a stream of its own that CUDA orders with it both ways (a blocking stream of the

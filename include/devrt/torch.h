@@ -13,6 +13,8 @@
 #define DEVRT_TORCH_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include "devrt/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,16 +30,37 @@ extern "C" {
 void* devrt_torch_alloc(size_t size, int device, void* stream);
 
 /* Stream-ordered free of (ptr, size) from devrt_torch_alloc: the memory is reused once work
- * queued on `stream` before the call is done. ptr NULL does nothing; a failure sets
- * devrt_last_error(). Thread-safe. */
+ * queued on `stream` before the call is done, and on every stream recorded for ptr (below).
+ * All or nothing, since PyTorch never retries a free: where devrt cannot order the free after a
+ * recorded stream on the device (a stream it cannot import, such as another device's or
+ * DEVRT_STREAM_PER_THREAD, or a failed event or wait) it waits for that stream's work on the
+ * host first; a free's own stream devrt cannot import is waited for on the host and the free
+ * goes on the runtime's own stream; a stream-ordered free that fails is tried once more. Only if
+ * that fails too does the call fail: devrt_last_error() is set, the allocation stays live and
+ * its recorded streams stay recorded. devrt_torch_stats counts each of these. ptr NULL does
+ * nothing. Thread-safe. */
 void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
 
-/* PyTorch's record-stream hook (Tensor.record_stream; devrt.torch.use sets it): `stream` also
- * uses ptr. The free of ptr then makes its own stream wait for the work queued on `stream` up to
- * the free, so the memory is reused only after that work too (the free's stream waits: a later
- * allocation on it is ordered after the reader). ptr NULL does nothing; a stream devrt refuses
- * is reported by that free. A failure sets devrt_last_error(). Thread-safe. */
+/* PyTorch's record-stream hook (Tensor.record_stream; devrt.torch.use sets it): `stream` (of any
+ * device) also uses ptr. The free of ptr then makes its own stream wait for the work queued on
+ * `stream` up to the free, so the memory is reused only after that work too (the free's stream
+ * waits: a later allocation on it is ordered after the reader), or waits for it on the host
+ * where devrt cannot (devrt_torch_free). ptr NULL does nothing; out of host memory for the record
+ * sets devrt_last_error(). Thread-safe. */
 void devrt_torch_record_stream(void* ptr, void* stream);
+
+/* What the entry points did for record_stream, process-wide since it started. */
+typedef struct devrt_torch_stats {
+  uint64_t streams_recorded; /* record_stream calls that added a stream to an allocation */
+  uint64_t device_waits;     /* recorded streams a free was ordered after on the device */
+  uint64_t host_waits;       /* streams a free waited for on the host instead (see the free) */
+  uint64_t frees_retried;    /* stream-ordered frees that failed once and were tried again */
+  uint64_t frees_failed;     /* frees that failed after all: the allocation stayed live */
+} devrt_torch_stats;
+
+/* A snapshot of the counters (each read atomically). INVALID_ARGUMENT for out NULL.
+ * Thread-safe. */
+devrt_status devrt_torch_stats_get(devrt_torch_stats* out);
 
 #ifdef __cplusplus
 }

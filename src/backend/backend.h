@@ -85,6 +85,13 @@ typedef struct dv_backend {
   devrt_status (*stream_wrap)(dv_dev* d, void* native, dv_stream** out);
   void (*stream_unwrap)(dv_dev* d, dv_stream* s);
   devrt_status (*stream_legacy)(dv_dev* d, dv_stream** out);
+  /* Waits on the host for the work queued so far on a native stream devrt may be unable to
+   * import (another device's, DEVRT_STREAM_PER_THREAD): on cuda cuStreamSynchronize with d's
+   * context current (NULL and the legacy handle name its legacy stream), and for the per-thread
+   * handle, which is another stream on every thread, a synchronize of d's whole context; on host
+   * a live host stream of any ordinal (NULL, legacy and per-thread name no host stream: nothing
+   * can be queued there). */
+  devrt_status (*stream_sync_native)(dv_dev* d, void* native);
 
   devrt_status (*event_create)(dv_dev* d, unsigned flags, dv_event** out);
   void (*event_destroy)(dv_dev* d, dv_event* e);

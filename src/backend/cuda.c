@@ -196,6 +196,18 @@ static devrt_status cu_stream_sync(dv_stream* s) {
   return DEVRT_OK;
 }
 
+static devrt_status cu_stream_sync_native(dv_dev* d, void* native) {
+  DV_CHECK(push(d, NULL));
+  CUresult r = native == DEVRT_STREAM_PER_THREAD ? D->cuCtxSynchronize()
+                                                 : D->cuStreamSynchronize((CUstream)native);
+  pop();
+  if (r != CUDA_SUCCESS)
+    return dv_cu_fail(
+        r, native == DEVRT_STREAM_PER_THREAD ? "cuCtxSynchronize" : "cuStreamSynchronize",
+        "(stream %p, device %d)", native, d->info.ordinal);
+  return DEVRT_OK;
+}
+
 static void* cu_stream_native(dv_stream* s) { return s; }
 
 static devrt_status cu_event_create(dv_dev* d, unsigned flags, dv_event** out) {
@@ -592,6 +604,7 @@ const dv_backend dv_cuda_backend = {
     .stream_unwrap = cu_stream_unwrap,
     .stream_legacy = cu_stream_legacy,
     .stream_sync = cu_stream_sync,
+    .stream_sync_native = cu_stream_sync_native,
     .stream_native = cu_stream_native,
     .event_create = cu_event_create,
     .event_destroy = cu_event_destroy,

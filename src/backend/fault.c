@@ -129,6 +129,9 @@ static void w_stream_unwrap(dv_dev* d, dv_stream* s) {
   in()->stream_unwrap(d, s);
 }
 static devrt_status w_stream_legacy(dv_dev* d, dv_stream** out) { PASS(stream_legacy, (d, out)); }
+static devrt_status w_stream_sync_native(dv_dev* d, void* native) {
+  PASS(stream_sync_native, (d, native));
+}
 static devrt_status w_event_create(dv_dev* d, unsigned flags, dv_event** out) {
   PASS(event_create, (d, flags, out));
 }
@@ -224,6 +227,7 @@ static const dv_backend wrap_all = {
     .stream_wrap = w_stream_wrap,
     .stream_unwrap = w_stream_unwrap,
     .stream_legacy = w_stream_legacy,
+    .stream_sync_native = w_stream_sync_native,
     .event_create = w_event_create,
     .event_destroy = w_event_destroy,
     .event_sync = w_event_sync,

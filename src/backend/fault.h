@@ -13,7 +13,7 @@
   X(launch) X(event_record) X(stream_wait) X(event_query) X(pool_alloc) X(pool_free)             \
   X(stream_sync) X(stream_native) X(device_count) X(device_open) X(device_close) X(device_info)  \
   X(stream_create) X(stream_destroy) X(stream_wrap) X(stream_unwrap) X(stream_legacy)            \
-  X(event_create) X(event_destroy) X(event_sync) X(host_func) X(pool_stats) X(pool_trim)         \
+  X(stream_sync_native) X(event_create) X(event_destroy) X(event_sync) X(host_func) X(pool_stats) X(pool_trim)         \
   X(pool_reset_high) X(mem_alloc) X(mem_free) X(memset_async) X(memcpy_async) X(module_load)     \
   X(module_load_host) X(module_unload) X(kernel_get) X(kernel_params) X(sm_resource) X(sm_split) \
   X(green_create) X(green_resource) X(green_destroy) X(fault_arm) X(peer_query) X(peer_enable)   \

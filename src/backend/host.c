@@ -336,9 +336,8 @@ static devrt_status host_stream_sync(dv_stream* s) {
 
 static void* host_stream_native(dv_stream* s) { return s; }
 
-/* A host stream created by any host device of the same ordinal (another runtime's): it is held
- * by a reference, so events recorded on it stay valid; its owner still destroys it. */
-static devrt_status host_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
+/* Whether native is a live host stream (of any host device). */
+static bool host_stream_live(void* native) {
   dv_stream* s = native;
   bool live = false;
   if (s->magic == MAGIC_STREAM) {
@@ -346,7 +345,14 @@ static devrt_status host_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
     live = !s->stop && s->magic == MAGIC_STREAM;
     pthread_mutex_unlock(&s->mu);
   }
-  if (!live)
+  return live;
+}
+
+/* A host stream created by any host device of the same ordinal (another runtime's): it is held
+ * by a reference, so events recorded on it stay valid; its owner still destroys it. */
+static devrt_status host_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
+  dv_stream* s = native;
+  if (!host_stream_live(native))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "host stream_wrap: %p is not a live host stream (destroyed, or not a stream)",
                    native);
@@ -362,6 +368,18 @@ static devrt_status host_stream_wrap(dv_dev* d, void* native, dv_stream** out) {
 static void host_stream_unwrap(dv_dev* d, dv_stream* s) {
   (void)d;
   stream_unref(s);
+}
+
+static devrt_status host_stream_sync_native(dv_dev* d, void* native) {
+  (void)d;
+  if (!native || native == DEVRT_STREAM_LEGACY || native == DEVRT_STREAM_PER_THREAD)
+    return DEVRT_OK; /* no host stream has these names: nothing can be queued on them */
+  if (!host_stream_live(native))
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host stream_sync_native: %p is not a live host stream (destroyed, or not a "
+                   "stream)",
+                   native);
+  return host_stream_sync(native);
 }
 
 static devrt_status host_stream_legacy(dv_dev* d, dv_stream** out) {
@@ -798,6 +816,7 @@ const dv_backend dv_host_backend = {
     .stream_wrap = host_stream_wrap,
     .stream_unwrap = host_stream_unwrap,
     .stream_legacy = host_stream_legacy,
+    .stream_sync_native = host_stream_sync_native,
     .stream_sync = host_stream_sync,
     .stream_native = host_stream_native,
     .event_create = host_event_create,

@@ -333,6 +333,7 @@ static _Thread_local uint16_t wait_at[DV_SID_SLOTS];
 _Static_assert(DV_SID_SLOTS <= 65536, "wait_at holds list positions as uint16_t");
 
 _Atomic unsigned dv_peer_slots;
+_Thread_local unsigned dv_in_enqueue;
 _Thread_local unsigned dv_wait_foreign;
 
 /* want() for a peer runtime's mark (p->rt != rt): its entry's slot carries FOREIGN, so rt's own
@@ -1194,6 +1195,15 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
     unlock(b);
     return dv_fail(DEVRT_ERR_INVALID_STATE,
                    "devrt_block_free: block %#" PRIx64 " (tag %s) is being freed by another thread",
+                   h, tag);
+  }
+  if (b->pins && dv_in_enqueue) { /* waiting could wait for this thread's own launch */
+    const char* tag = tag_of(b);
+    unlock(b);
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_block_free: block %#" PRIx64
+                   " (tag %s) is in a launch being issued, and this free runs inside an enqueue "
+                   "callback, which must not wait for one: free it after the callback returns",
                    h, tag);
   }
   /* From here every new pin is refused; the launches and finishes that pinned b before are

@@ -104,6 +104,10 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
 void dv_block_cancel(devrt_runtime* rt, devrt_block h);
 /* devrt_block_free with the free enqueued on held stream fs (s) instead of the free stream. */
 devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs, dv_stream* s);
+/* Enqueue callbacks this thread is running (src/launch): their launches' blocks stay pinned
+ * until they return, so a free of a pinned block from inside one is refused, not waited for (it
+ * might wait for its own launch). */
+extern _Thread_local unsigned dv_in_enqueue;
 /* Which of the launch paths ran (the optimizer's own counters, for white-box tests and benches;
  * devrt_block_stats reports behaviour): marks recorded lazily, launches that took the repeat
  * path, launches tracked through a group. */

@@ -259,7 +259,12 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
   DV_CHECK(dv_layouts_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_blocks_check_none(rt, "devrt_runtime_destroy"));
   DV_CHECK(dv_peers_check_none(rt, "devrt_runtime_destroy"));
-  DV_CHECK(dv_queue_fini(rt)); /* refused while semaphores of rt are alive */
+  DV_CHECK(dv_streams_check_unexported(rt, NULL, "devrt_runtime_destroy"));
+  devrt_status s = dv_queue_fini(rt); /* refused while semaphores of rt are alive */
+  if (s != DEVRT_OK) {
+    dv_streams_reopen(rt);
+    return s;
+  }
   dv_stack_fini(rt);
   atomic_store(&rt->magic, 0);
   dv_blocks_fini(rt);

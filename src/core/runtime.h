@@ -52,6 +52,7 @@ struct devrt_runtime {
    * NULL, npeers never shrinks), read without one where a handle is not this runtime's. */
   _Atomic unsigned npeers;
   _Atomic(devrt_runtime*) peers[DV_MAX_PEERS];
+  devrt_runtime* live_next; /* the list of live runtimes an import searches (streams.c) */
 };
 
 /* rt is a live runtime (not NULL, not destroyed). */
@@ -91,9 +92,16 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
 /* The runtime's own stream (the slot past the pool), created on first call; never released. */
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 
-/* Stream pool lifecycle (src/timeline/streams.c). */
+/* Stream pool lifecycle (src/timeline/streams.c). Init puts the runtime on the list an import
+ * searches for the owner of the stream it wraps; fini takes it off and drops its imports' holds
+ * on their owners. */
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
+/* INVALID_STATE while another runtime holds an import of one of rt's streams (of `pool`'s slots,
+ * or with pool NULL of any slot); else OK, and with pool NULL rt leaves the list (a destroy that
+ * fails later puts it back with dv_streams_reopen). */
+devrt_status dv_streams_check_unexported(devrt_runtime* rt, const dv_pool* pool, const char* call);
+void dv_streams_reopen(devrt_runtime* rt);
 /* A partition's pool: n spare slots, each with a stream on `green` created now. */
 devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority,
                             struct devrt_partition* part, dv_pool* out);

@@ -29,6 +29,7 @@
   X(cuStreamCreateWithPriority)  \
   X(cuStreamDestroy)             \
   X(cuStreamSynchronize)         \
+  X(cuCtxSynchronize)            \
   X(cuEventCreate)               \
   X(cuEventDestroy)              \
   X(cuEventRecord)               \

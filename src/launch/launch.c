@@ -189,7 +189,12 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
 
 DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
                                dv_stream* s) {
-  if (d->enqueue) return d->enqueue(d->user, id, rt->be->stream_native(s));
+  if (d->enqueue) {
+    dv_in_enqueue++; /* the launch's blocks are pinned meanwhile: a free here must not wait */
+    devrt_status st = d->enqueue(d->user, id, rt->be->stream_native(s));
+    dv_in_enqueue--;
+    return st;
+  }
   return rt->be->launch(s, d->kernel->k, d->grid, d->block, d->shared_bytes, d->args);
 }
 

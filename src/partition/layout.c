@@ -440,6 +440,9 @@ devrt_status devrt_layout_destroy(devrt_runtime* rt, devrt_layout* layout) {
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: layout %p is %s", (void*)layout,
                  atomic_load(&layout->busy) ? "handing out a stream on another thread"
                                             : "active (devrt_layout_activate(rt, NULL) first)");
+  for (unsigned i = 0; st == DEVRT_OK && i < layout->plan.partitions; i++)
+    if (layout->parts[i].pool.slots)
+      st = dv_streams_check_unexported(rt, &layout->parts[i].pool, "devrt_layout_destroy");
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned i = 0; st == DEVRT_OK && i < layout->plan.partitions; i++) {
     devrt_partition* p = &layout->parts[i];

@@ -3,7 +3,8 @@
  * per-ordinal open-addressing table read without a lock; a miss, or an id made stale by someone
  * forgetting the import, imports again under the table's mutex. Entries are never removed: the
  * imports are held for the life of the process, so the keys are at most the slots there are.
- * Tensor.record_stream's streams are kept per pointer until its free, which waits for them. */
+ * Tensor.record_stream's streams are kept per pointer until its free, which is ordered after their
+ * work on the device where devrt can, else waits for it on the host. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "devrt/torch.h"
@@ -100,6 +101,11 @@ static pthread_mutex_t recs_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver c
 static rec* recs[NREC];                                     /* chains by pointer (recs_mu) */
 static _Atomic unsigned nrecs; /* entries: a free looks in the table only when some exist */
 
+static struct { /* devrt_torch_stats (relaxed: counters) */
+  _Atomic uint64_t streams_recorded, device_waits, host_waits, frees_retried, frees_failed;
+} counts;
+#define COUNT(field) atomic_fetch_add_explicit(&counts.field, 1, memory_order_relaxed)
+
 static unsigned rec_hash(void* p) { return hash((uintptr_t)p) % NREC; }
 
 void devrt_torch_record_stream(void* ptr, void* stream) {
@@ -115,15 +121,18 @@ void devrt_torch_record_stream(void* ptr, void* stream) {
   rec** head = &recs[rec_hash(ptr)];
   rec* e = *head;
   while (e && (e->ptr != ptr || e->stream != stream)) e = e->next;
-  if (!e) r->next = *head, *head = r, atomic_fetch_add(&nrecs, 1);
+  if (!e) {
+    r->next = *head, *head = r;
+    atomic_fetch_add_explicit(&nrecs, 1, memory_order_relaxed);
+    COUNT(streams_recorded);
+  }
   pthread_mutex_unlock(&recs_mu);
   if (e) free(r); /* recorded already */
 }
 
-/* Makes `id` (the free's stream) wait for the work queued so far on every stream recorded for
- * ptr, and forgets them: the stream-ordered free after it then completes after their work too. */
-static devrt_status wait_recorded(devrt_runtime* rt, int device, void* ptr, devrt_stream id) {
-  if (DV_LIKELY(!atomic_load_explicit(&nrecs, memory_order_relaxed))) return DEVRT_OK;
+/* Takes ptr's recorded streams out of the table (a list the free owns until it succeeds). */
+static rec* recs_take(void* ptr) {
+  if (DV_LIKELY(!atomic_load_explicit(&nrecs, memory_order_relaxed))) return NULL;
   rec* mine = NULL;
   pthread_mutex_lock(&recs_mu);
   for (rec** e = &recs[rec_hash(ptr)]; *e;) {
@@ -133,24 +142,80 @@ static devrt_status wait_recorded(devrt_runtime* rt, int device, void* ptr, devr
       continue;
     }
     *e = r->next, r->next = mine, mine = r;
-    atomic_fetch_sub(&nrecs, 1);
+    atomic_fetch_sub_explicit(&nrecs, 1, memory_order_relaxed);
   }
   pthread_mutex_unlock(&recs_mu);
-  devrt_status st = DEVRT_OK;
-  dv_stream *to = NULL, *from = NULL;
-  if (mine) st = dv_stream_get(rt, id, &to, "devrt_torch_free");
-  for (rec* r; (r = mine) != NULL; free(r)) {
+  return mine;
+}
+
+/* Puts a failed free's streams back: the allocation is still live and still used by them. */
+static void recs_put_back(rec* mine) {
+  pthread_mutex_lock(&recs_mu);
+  for (rec* r; (r = mine) != NULL;) {
     mine = r->next;
-    devrt_stream other = 0;
-    dv_pev* ev = NULL;
-    if (st != DEVRT_OK || (st = torch_stream(rt, device, r->stream, &other)) != DEVRT_OK ||
-        other == id || (st = dv_stream_get(rt, other, &from, "devrt_torch_free")) != DEVRT_OK)
-      continue;
-    st = dv_pev_record(rt, DV_SID_SLOT(other), from, &ev);
-    if (st == DEVRT_OK) st = dv_pev_wait(rt, to, ev, NULL);
-    if (ev) dv_pev_unref(rt, ev);
+    rec** head = &recs[rec_hash(r->ptr)];
+    r->next = *head, *head = r;
+    atomic_fetch_add_explicit(&nrecs, 1, memory_order_relaxed);
   }
-  return st;
+  pthread_mutex_unlock(&recs_mu);
+}
+
+/* Makes `to` (stream id) wait on the device for the work queued so far on `stream`; false if
+ * devrt cannot (the stream cannot be imported, or the event or the wait failed). */
+static bool wait_on_device(devrt_runtime* rt, int device, void* stream, devrt_stream id,
+                           dv_stream* to) {
+  devrt_stream other = 0;
+  dv_stream* from = NULL;
+  dv_pev* ev = NULL;
+  if (torch_stream(rt, device, stream, &other) != DEVRT_OK) return false;
+  if (other == id) return true; /* the free's own stream: stream order covers it */
+  bool ok = dv_stream_get(rt, other, &from, "devrt_torch_free") == DEVRT_OK &&
+            dv_pev_record(rt, DV_SID_SLOT(other), from, &ev) == DEVRT_OK &&
+            dv_pev_wait(rt, to, ev, NULL) == DEVRT_OK;
+  if (ev) dv_pev_unref(rt, ev);
+  if (ok) COUNT(device_waits);
+  return ok;
+}
+
+/* Waits on the host for the work queued so far on `stream`: through devrt's import of it when
+ * there is one, else on the native handle (another device's stream, the per-thread stream). */
+static devrt_status host_wait(devrt_runtime* rt, int device, void* stream) {
+  devrt_stream id = 0;
+  dv_stream* s = NULL;
+  COUNT(host_waits);
+  if (torch_stream(rt, device, stream, &id) == DEVRT_OK &&
+      dv_stream_get(rt, id, &s, "devrt_torch_free") == DEVRT_OK)
+    return rt->be->stream_sync(s);
+  return rt->be->stream_sync_native(rt->dev, stream == DEVRT_STREAM_LEGACY ? NULL : stream);
+}
+
+/* Sets *id to the stream the free is enqueued on, ordered after the work queued so far on the
+ * free's stream and on every recorded one: on the device where devrt can, else after a wait on
+ * the host, which is always safe. *id is the free's stream, or the runtime's own stream when
+ * devrt cannot import the free's stream (then that stream was waited for on the host). */
+static devrt_status order_free(devrt_runtime* rt, int device, void* stream, const rec* mine,
+                               devrt_stream* id) {
+  dv_stream* to = NULL;
+  if (torch_stream(rt, device, stream, id) != DEVRT_OK) {
+    DV_CHECK(host_wait(rt, device, stream));
+    DV_CHECK(dv_internal_stream(rt, id));
+  }
+  DV_CHECK(dv_stream_get(rt, *id, &to, "devrt_torch_free"));
+  for (const rec* r = mine; r; r = r->next)
+    if (!wait_on_device(rt, device, r->stream, *id, to)) DV_CHECK(host_wait(rt, device, r->stream));
+  return DEVRT_OK;
+}
+
+devrt_status devrt_torch_stats_get(devrt_torch_stats* out) {
+  dv_error_clear();
+  DV_ARG_CHECK(out, "devrt_torch_stats_get", "out is NULL");
+  *out = (devrt_torch_stats){
+      .streams_recorded = atomic_load_explicit(&counts.streams_recorded, memory_order_relaxed),
+      .device_waits = atomic_load_explicit(&counts.device_waits, memory_order_relaxed),
+      .host_waits = atomic_load_explicit(&counts.host_waits, memory_order_relaxed),
+      .frees_retried = atomic_load_explicit(&counts.frees_retried, memory_order_relaxed),
+      .frees_failed = atomic_load_explicit(&counts.frees_failed, memory_order_relaxed)};
+  return DEVRT_OK;
 }
 
 /* An allocation that does what PyTorch's own allocator does before it gives up: on a refusal,
@@ -189,11 +254,29 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
   if (!ptr) return;
   devrt_runtime* rt;
   devrt_resource* r;
-  devrt_stream id = 0;
   devrt_status s = devrt_runtime_get(device, &rt);
-  if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
-  if (s == DEVRT_OK) s = wait_recorded(rt, device, ptr, id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
-  if (s == DEVRT_OK) s = devrt_resource_deallocate(r, ptr, size, id);
-  if (s != DEVRT_OK) refail(s, "devrt_torch_free", size, device, stream);
+  if (s != DEVRT_OK) {
+    refail(s, "devrt_torch_free", size, device, stream);
+    return;
+  }
+  /* All or nothing: the recorded streams are forgotten only once the free is enqueued behind
+   * them. PyTorch never retries a free, so a stream-ordered free that fails once (a transient
+   * backend failure) is tried once more here, behind the same waits. */
+  rec* mine = recs_take(ptr);
+  devrt_stream id = 0;
+  s = order_free(rt, device, stream, mine, &id);
+  if (s == DEVRT_OK && (s = devrt_resource_deallocate(r, ptr, size, id)) != DEVRT_OK &&
+      s != DEVRT_ERR_INVALID_ARGUMENT) { /* not devrt's pointer, or a wrong size: no retry */
+    COUNT(frees_retried);
+    s = devrt_resource_deallocate(r, ptr, size, id);
+  }
+  if (s == DEVRT_OK) {
+    for (rec* x; (x = mine) != NULL; free(x)) mine = x->next;
+    dv_error_clear(); /* a fallback that worked leaves no error behind */
+    return;
+  }
+  COUNT(frees_failed);
+  recs_put_back(mine);
+  refail(s, "devrt_torch_free", size, device, stream);
 }

@@ -10,6 +10,69 @@
 #include <stdlib.h>
 #include "../core/runtime.h"
 
+/* The live runtimes, so an import of a stream devrt created finds the runtime that owns it and
+ * holds it (dv_slot.exports): an owner is not destroyed while another runtime uses its stream.
+ * Lock order: live_mu before any runtime's pool_mu. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static devrt_runtime* live_list; /* linked by live_next (live_mu) */
+
+static void live_add(devrt_runtime* rt) {
+  pthread_mutex_lock(&live_mu);
+  rt->live_next = live_list, live_list = rt;
+  pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove_locked(devrt_runtime* rt) {
+  devrt_runtime** at = &live_list;
+  while (*at && *at != rt) at = &(*at)->live_next;
+  if (*at) *at = rt->live_next;
+}
+
+/* The slot of the live runtime other than rt whose own stream (not an import) is `native`, held
+ * (exports + 1); NULL when devrt did not create it. */
+static dv_slot* export_hold(devrt_runtime* rt, void* native) {
+  dv_slot* found = NULL;
+  pthread_mutex_lock(&live_mu);
+  for (devrt_runtime* o = live_list; o && !found; o = o->live_next) {
+    if (o == rt) continue;
+    pthread_mutex_lock(&o->pool_mu);
+    for (unsigned i = 0; i < o->nslots && !found; i++) {
+      dv_slot* sl = &o->slots[i];
+      if (sl->s && !sl->foreign && o->be->stream_native(sl->s) == native) found = sl;
+    }
+    pthread_mutex_unlock(&o->pool_mu);
+  }
+  if (found) found->exports++;
+  pthread_mutex_unlock(&live_mu);
+  return found;
+}
+
+static void export_drop(dv_slot* src) {
+  if (!src) return;
+  pthread_mutex_lock(&live_mu);
+  DV_ASSERT(src->exports > 0);
+  src->exports--;
+  pthread_mutex_unlock(&live_mu);
+}
+
+devrt_status dv_streams_check_unexported(devrt_runtime* rt, const dv_pool* pool, const char* call) {
+  unsigned n = 0;
+  pthread_mutex_lock(&live_mu);
+  for (unsigned k = 0; k < (pool ? pool->n : rt->nslots); k++)
+    n += rt->slots[pool ? pool->slots[k] : k].exports;
+  if (!n && !pool) live_remove_locked(rt);
+  pthread_mutex_unlock(&live_mu);
+  if (n)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "%s: %u import(s) of %s streams are held by other runtimes "
+                   "(devrt_stream_forget them there; the torch entry points hold theirs for the "
+                   "life of the process)",
+                   call, n, pool ? "the partition's" : "its");
+  return DEVRT_OK;
+}
+
+void dv_streams_reopen(devrt_runtime* rt) { live_add(rt); }
+
 static void push_free(dv_pool* p, unsigned i, dv_slot* slots) {
   slots[i].next_free = p->free_head;
   p->free_head = (int)i;
@@ -47,15 +110,21 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt) {
   for (unsigned i = rt->nslots; i-- > rt->npool + 1;) push_spare(rt, i);
   pthread_mutex_init(&rt->pool_mu, NULL);
   pthread_cond_init(&rt->pool_cv, NULL);
+  live_add(rt);
   return DEVRT_OK;
 }
 
 void dv_stream_pool_fini(devrt_runtime* rt) {
+  pthread_mutex_lock(&live_mu);
+  live_remove_locked(rt); /* (a destroy took it off already) */
+  pthread_mutex_unlock(&live_mu);
   for (unsigned i = 0; i < rt->nslots; i++) {
     dv_slot* sl = &rt->slots[i];
+    DV_ASSERT(!sl->exports);                          /* the destroy checked */
     if (sl->s && sl->foreign == DV_FOREIGN_WRAPPED) { /* still imported: left to its owner */
       rt->be->stream_sync(sl->s);
       rt->be->stream_unwrap(rt->dev, sl->s);
+      export_drop(sl->src);
     } else if (sl->s) {
       rt->be->stream_destroy(rt->dev, sl->s);
     }
@@ -266,6 +335,9 @@ devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* 
                    native);
   if (native == DEVRT_STREAM_LEGACY) native = NULL; /* one stream, two spellings */
   devrt_status s = DEVRT_OK;
+  /* Another runtime's stream is held before this runtime's lock is taken (live_mu comes first);
+   * unless a new slot keeps the hold, it is dropped at the end. */
+  dv_slot* src = native ? export_hold(rt, native) : NULL;
   pthread_mutex_lock(&rt->pool_mu);
   for (unsigned i = 0; native && i < rt->nslots; i++) { /* the pools' (partitions' too), its own */
     dv_slot* sl = &rt->slots[i];
@@ -314,6 +386,7 @@ devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* 
   sl->pool = NULL;
   sl->foreign = native ? DV_FOREIGN_WRAPPED : DV_FOREIGN_LEGACY;
   sl->native = native;
+  sl->src = src, src = NULL; /* the slot keeps the hold */
   sl->lease++;
   sl->holders = 1;
   devrt_stream id = DV_SID(rt->serial, i, sl->lease);
@@ -321,6 +394,7 @@ devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* 
   *out = id;
 out:
   pthread_mutex_unlock(&rt->pool_mu);
+  export_drop(src);
   return s;
 }
 
@@ -360,11 +434,14 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream id) {
   else
     rt->be->stream_unwrap(rt->dev, sl->s);
   pthread_mutex_lock(&rt->pool_mu);
+  dv_slot* src = sl->src;
   sl->s = NULL;
   sl->foreign = DV_FOREIGN_NONE;
   sl->native = NULL;
+  sl->src = NULL;
   sl->retiring = false;
   push_spare(rt, DV_SID_SLOT(id));
   pthread_mutex_unlock(&rt->pool_mu);
+  export_drop(src);
   return s;
 }

@@ -40,6 +40,10 @@ typedef struct dv_slot {
   uint8_t foreign;     /* guarded by pool_mu: DV_FOREIGN_* (an imported stream's slot) */
   bool retiring;       /* guarded by pool_mu: its last import was forgotten, being retired */
   void* native;        /* guarded by pool_mu: the imported handle (NULL: the legacy stream) */
+  struct dv_slot* src; /* guarded by pool_mu: the slot of another runtime whose stream this
+                        * import wraps, held by it (src->exports) until the last forget */
+  unsigned exports;    /* guarded by streams.c's live_mu: imports of this slot's stream held by
+                        * other runtimes (its runtime is not destroyed meanwhile) */
 } dv_slot;
 /* How a slot holds its stream: created by devrt; wrapping a foreign native stream (never
  * destroyed by devrt); created by devrt to stand for the legacy default stream (imported). */

@@ -3,6 +3,8 @@
  * refused launches leave no state, stream 0, enqueue, free while issuing, limits, backend faults.
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include "launch_util.h"
 
 enum { N = 256 }; /* few elements: the slow kernels' delay dominates */
@@ -412,40 +414,48 @@ static void enqueue(void) {
   release(all, 2);
 }
 
-/* devrt_block_free from another thread while a launch is issuing against the block (inside its
- * enqueue callback): INVALID_STATE, and the launch is still recorded. */
+/* devrt_block_free while a launch is issuing against the block (inside its enqueue callback): from
+ * another thread it waits until the launch has recorded its use, then frees the block after it;
+ * from inside the callback itself it is refused (waiting there would wait for its own launch). */
 typedef struct pinned {
   devrt_block x;
-  devrt_status from_other;
-  int calls;
+  pthread_t t;
+  devrt_status from_other, from_callback;
+  _Atomic int returned; /* the callback is about to return */
+  int calls, returned_first;
 } pinned;
 
 static void* free_from_other(void* arg) {
   pinned* p = arg;
   p->from_other = devrt_block_free(rt, p->x);
+  p->returned_first = atomic_load(&p->returned);
   return NULL;
 }
 
 static devrt_status free_while_enqueued(void* user, devrt_stream s, void* native) {
   (void)s, (void)native;
   pinned* p = user;
-  pthread_t t;
   p->calls++;
-  if (pthread_create(&t, NULL, free_from_other, p)) return DEVRT_ERR_BACKEND_ERROR;
-  pthread_join(t, NULL);
+  p->from_callback = devrt_block_free(rt, p->x);
+  if (pthread_create(&p->t, NULL, free_from_other, p)) return DEVRT_ERR_BACKEND_ERROR;
+  usleep(20000); /* the other thread's free starts while the block is pinned */
+  atomic_store(&p->returned, 1);
   return DEVRT_OK;
 }
 
 static void free_while_issuing(void) {
   devrt_block x = mk(S[0], 5);
-  pinned p = {.x = x, .from_other = DEVRT_OK};
+  pinned p = {.x = x, .from_other = DEVRT_ERR_BACKEND_ERROR};
   devrt_block_use u[] = {{x, DEVRT_ACCESS_READ}};
   devrt_launch_desc d = {
       .stream = S[1], .enqueue = free_while_enqueued, .user = &p, .uses = u, .nuses = 1};
+  uint64_t live = bstats(rt).blocks_live;
   CHECK_OK(devrt_launch(rt, &d));
-  CHECK(p.calls == 1 && p.from_other == DEVRT_ERR_INVALID_STATE);
-  CHECK(info(x).readers == 1 && wrong(x, 5) == 0);
-  CHECK_OK(devrt_block_free(rt, x));
+  pthread_join(p.t, NULL);
+  CHECK(p.calls == 1 && p.from_callback == DEVRT_ERR_INVALID_STATE);
+  CHECK(p.from_other == DEVRT_OK && p.returned_first); /* waited for the launch, then freed */
+  CHECK(bstats(rt).blocks_live == live - 1);
+  CHECK_STATUS(devrt_block_free(rt, x), DEVRT_ERR_STALE_BLOCK);
 }
 
 /* DEVRT_LAUNCH_MAX_USES distinct blocks in one launch. */
