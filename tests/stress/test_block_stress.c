@@ -219,7 +219,7 @@ static void* owner_run(void* arg) {
     }
     atomic_store(&current, b);
     for (int k = it % 4; k; k--) sched_yield(); /* let the other thread find it live */
-    devrt_status st = devrt_block_free(rt, b); /* the other thread may have freed it first */
+    devrt_status st = devrt_block_free(rt, b);  /* the other thread may have freed it first */
     if (st != DEVRT_OK && st != DEVRT_ERR_STALE_BLOCK && st != DEVRT_ERR_INVALID_STATE)
       fail(w, "devrt_block_free");
   }
