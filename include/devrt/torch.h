@@ -35,8 +35,8 @@ void* devrt_torch_alloc(size_t size, int device, void* stream);
  * recorded stream on the device (a stream it cannot import, such as another device's or
  * DEVRT_STREAM_PER_THREAD, or a failed event or wait) it waits for that stream's work on the
  * host first; a free's own stream devrt cannot import is waited for on the host and the free
- * goes on the runtime's own stream; a stream-ordered free that fails is tried once more. Only if
- * that fails too does the call fail: devrt_last_error() is set, the allocation stays live and
+ * goes on the runtime's own stream; a free that fails anyway (a transient backend failure) is
+ * tried once more from the start. Only if that fails too does the call fail: devrt_last_error() is set, the allocation stays live and
  * its recorded streams stay recorded. devrt_torch_stats counts each of these. ptr NULL does
  * nothing. Thread-safe. */
 void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
@@ -54,7 +54,7 @@ typedef struct devrt_torch_stats {
   uint64_t streams_recorded; /* record_stream calls that added a stream to an allocation */
   uint64_t device_waits;     /* recorded streams a free was ordered after on the device */
   uint64_t host_waits;       /* streams a free waited for on the host instead (see the free) */
-  uint64_t frees_retried;    /* stream-ordered frees that failed once and were tried again */
+  uint64_t frees_retried;    /* frees that failed once and were tried again */
   uint64_t frees_failed;     /* frees that failed after all: the allocation stayed live */
 } devrt_torch_stats;
 

@@ -261,15 +261,16 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
     return;
   }
   /* All or nothing: the recorded streams are forgotten only once the free is enqueued behind
-   * them. PyTorch never retries a free, so a stream-ordered free that fails once (a transient
-   * backend failure) is tried once more here, behind the same waits. */
+   * them. PyTorch never retries a free, so one that fails (a transient backend failure) is tried
+   * once more here from the start; INVALID_ARGUMENT (not devrt's pointer, a wrong size, a stream
+   * that is not one) would fail again. */
   rec* mine = recs_take(ptr);
   devrt_stream id = 0;
-  s = order_free(rt, device, stream, mine, &id);
-  if (s == DEVRT_OK && (s = devrt_resource_deallocate(r, ptr, size, id)) != DEVRT_OK &&
-      s != DEVRT_ERR_INVALID_ARGUMENT) { /* not devrt's pointer, or a wrong size: no retry */
-    COUNT(frees_retried);
-    s = devrt_resource_deallocate(r, ptr, size, id);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (attempt) COUNT(frees_retried);
+    s = order_free(rt, device, stream, mine, &id);
+    if (s == DEVRT_OK) s = devrt_resource_deallocate(r, ptr, size, id);
+    if (s == DEVRT_OK || s == DEVRT_ERR_INVALID_ARGUMENT) break;
   }
   if (s == DEVRT_OK) {
     for (rec* x; (x = mine) != NULL; free(x)) mine = x->next;

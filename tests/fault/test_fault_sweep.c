@@ -1,6 +1,7 @@
 /* test_fault_sweep.c: the fault sweep. The workload (workload.c) runs on the host backend in two
  * configurations (the default stack with the caching layer and completion by blocking sync; no
- * caching layer, completion by host functions, bounded statistics peaks), once each to count
+ * caching layer, completion by host functions, bounded statistics peaks; PyTorch's entry points
+ * on the process-wide runtime of ordinal 0 in the same configuration), once each to count
  * every backend entry's calls, then once per injection point (every call of every entry that can
  * fail, or points spread over them), each in a process of its own with a watchdog: the call must
  * fail with a status whose message names the entry, nothing may crash or hang, the semaphores
@@ -19,7 +20,7 @@
 
 enum { WATCHDOG_S = 120, SURVIVED = 0, FAILED = 1, NOT_REACHED = 2, CONFIGS = 2 };
 
-static devrt_status create(int config, wl* w, devrt_runtime** out) {
+static devrt_status config_of(int config, devrt_config* out) {
   devrt_config cfg;
   devrt_status st = devrt_config_init(&cfg);
   cfg.backend = DEVRT_BACKEND_HOST;
@@ -31,6 +32,13 @@ static devrt_status create(int config, wl* w, devrt_runtime** out) {
   cfg.cache = config == 0;
   cfg.completion = config == 0 ? DEVRT_COMPLETION_SYNC : DEVRT_COMPLETION_HOSTFN;
   cfg.stats_peak_bound = config == 1;
+  *out = cfg;
+  return st;
+}
+
+static devrt_status create(int config, wl* w, devrt_runtime** out) {
+  devrt_config cfg;
+  devrt_status st = config_of(config, &cfg);
   if (st == DEVRT_OK) st = devrt_runtime_create(&cfg, out);
   if (st != DEVRT_OK && !strstr(devrt_last_error(), "injected fault")) {
     fprintf(stderr, "devrt_runtime_create: %s: %s\n", devrt_status_name(st), devrt_last_error());
@@ -63,13 +71,18 @@ static int once(int config, const char* op, uint64_t nth) {
           .exclusive = true,
           .fault_op = op,
           .fault_statuses = 1u << usual | 1u << DEVRT_ERR_ABORTED | 1u << DEVRT_ERR_DEVICE_LOST};
-  devrt_runtime *rt = NULL, *other = NULL;
-  if (create(config, &w, &rt) == DEVRT_OK && create(config, &w, &other) == DEVRT_OK) {
-    w.rt = rt, w.other = other;
+  devrt_runtime *rt = NULL, *other = NULL, *fw = NULL, *torch = NULL;
+  devrt_config c0;
+  if (config_of(config, &c0) || devrt_configure(0, &c0)) return FAILED; /* ordinal 0: torch's */
+  if (create(config, &w, &rt) == DEVRT_OK && create(config, &w, &other) == DEVRT_OK &&
+      create(config, &w, &fw) == DEVRT_OK) {
+    w.rt = rt, w.other = other, w.framework = fw;
     wl_run(&w);
   }
   if (other) destroy(&w, other);
   if (rt) destroy(&w, rt);
+  /* fw's streams stay imported by ordinal 0's runtime for the process: neither is destroyed */
+  if (fw && devrt_runtime_get(0, &torch) == DEVRT_OK) wl_drained(&w, torch);
   if (w.errors || w.corruptions) {
     fprintf(stderr, "point %d %s#%llu: %u errors, %u corruptions\n", config, op ? op : "(none)",
             (unsigned long long)nth, w.errors, w.corruptions);

@@ -2,6 +2,7 @@
  * status and every word it reads back, and frees what it made, retrying a cleanup call that the
  * injected fault failed (a fault fails one call, so the retry goes through). */
 #include "workload.h"
+#include "devrt/torch.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@ enum { N = 4096 };                           /* words per block */
 #define KiB (1024ull)                        /* bytes */
 #define WAIT_NS (20ull * 1000 * 1000 * 1000) /* a semaphore wait that runs out is a hang */
 #define ST(s) (1u << (s))
+#define CANARY 0xca11ab1eu
 
 typedef struct run {
   wl* w;
@@ -87,7 +89,10 @@ static void release_block(run* r, devrt_block* b, unsigned also) {
 }
 
 /* Waits for everything queued on s (before freeing what its work may still touch). */
-static void settle(run* r, devrt_stream s) { RETRY(devrt_stream_synchronize(r->rt, s)); }
+static void settle_on(run* r, devrt_runtime* rt, devrt_stream s) {
+  RETRY(devrt_stream_synchronize(rt, s));
+}
+static void settle(run* r, devrt_stream s) { settle_on(r, r->rt, s); }
 
 /* ---- launches and read-back ---- */
 
@@ -615,6 +620,82 @@ static void step_host_module(run* r) {
   release_block(r, &b, 0);
 }
 
+/* ---- PyTorch's entry points ---- */
+
+typedef struct canary {
+  const uint32_t* p;
+  atomic_int ran, bad; /* the reader ran; it found a word that was not the canary */
+} canary;
+
+/* A slow reader on the host backend (memory is host memory): checks the allocation still holds
+ * the canary. */
+static void read_canary(void* user) {
+  canary* c = user;
+  nap(), nap();
+  int bad = 0;
+  for (int k = 0; k < N; k++) bad |= c->p[k] != (CANARY);
+  atomic_store(&c->bad, bad);
+  atomic_store(&c->ran, 1);
+}
+
+/* The torch call just made did not fail (no message), or failed for the injected fault. */
+static bool torch_ok(run* r, const char* what, int line) {
+  const char* msg = devrt_last_error();
+  r->w->calls++;
+  if (!msg[0]) return true;
+  if (caused(r->w, msg)) {
+    r->w->tolerated++;
+    return false;
+  }
+  r->w->errors++;
+  fprintf(stderr, "workload line %d: %s: %s\n", line, what, msg);
+  return false;
+}
+#define TORCH_OK(call) ((call), torch_ok(r, #call, __LINE__))
+
+/* An allocation on the framework's stream a holding the canary, a slow reader of it on stream b
+ * recorded with record_stream, its free (which must never fail: PyTorch does not retry one), an
+ * allocation on a that may take the same memory, overwritten at once: the reader must still see
+ * the canary. That allocation records the per-thread stream, which devrt cannot import. */
+static void step_torch(run* r) {
+  devrt_runtime* fw = r->w->framework;
+  devrt_stream a = 0, b = 0;
+  void *na = NULL, *nb = NULL;
+  if (OK(devrt_stream_acquire(fw, DEVRT_ACQUIRE_FAIL, &a)) &&
+      OK(devrt_stream_acquire(fw, DEVRT_ACQUIRE_FAIL, &b)) && OK(devrt_stream_native(fw, a, &na)) &&
+      OK(devrt_stream_native(fw, b, &nb))) {
+    uint32_t* p = NULL;
+    canary c = {.p = NULL};
+    if (TORCH_OK(p = devrt_torch_alloc(N * 4, 0, na))) {
+      bool reading = false;
+      if (OK(devrt_stream_synchronize(fw, a))) {
+        for (int k = 0; k < N; k++) p[k] = CANARY;
+        c.p = p;
+        reading = OK(devrt_stream_host_func(fw, b, read_canary, &c));
+        devrt_torch_record_stream(p, nb);
+        CHECK_W(devrt_last_error()[0] == 0);
+      }
+      devrt_torch_free(p, N * 4, 0, na);
+      if (devrt_last_error()[0]) { /* never, whatever failed inside it */
+        r->w->errors++;
+        fprintf(stderr, "workload: devrt_torch_free failed: %s\n", devrt_last_error());
+      }
+      uint32_t* q = NULL;
+      if (TORCH_OK(q = devrt_torch_alloc(N * 4, 0, na))) {
+        if (OK(devrt_memset_async(fw, q, 0x5a, N * 4, a))) settle_on(r, fw, a);
+        devrt_torch_record_stream(q, DEVRT_STREAM_PER_THREAD); /* waited for on the host */
+        devrt_torch_free(q, N * 4, 0, na);
+        CHECK_W(devrt_last_error()[0] == 0);
+      }
+      settle_on(r, fw, b);
+      CHECK_W(!reading || atomic_load(&c.ran));
+      r->w->corruptions += atomic_load(&c.bad) != 0;
+    }
+  }
+  if (b) RETRY(devrt_stream_release(fw, b));
+  if (a) RETRY(devrt_stream_release(fw, a));
+}
+
 void wl_run(wl* w) {
   run x = {.w = w, .rt = w->rt, .v = w->seed * 2654435761u | 1u}, *r = &x;
   devrt_runtime_info ri;
@@ -639,6 +720,7 @@ void wl_run(wl* w) {
     if (w->layout) step_layout(r);
     if (w->exclusive && w->other) step_peer(r);
     if (r->host) step_host_module(r);
+    if (r->host && w->framework) step_torch(r);
   }
   for (int i = 0; i < 2; i++)
     if (r->s[i]) RETRY(devrt_stream_release(r->rt, r->s[i]));
