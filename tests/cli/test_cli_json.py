@@ -1,7 +1,8 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
 reason quotes a library name), stats, an error, and each bench with few rounds (bench scale also
-with its sizes capped); and devrt info says what the host backend emulates.
+with its sizes capped); and devrt info says what the host backend emulates. devrt stats with
+DEVRT_LOG leaves every record it counted in the file at exit.
 
     python3 test_cli_json.py PATH/TO/devrt
 """
@@ -10,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 DEVRT = None
@@ -74,6 +76,18 @@ class CliJson(unittest.TestCase):
     def test_stats(self):
         doc = self.parse(["stats"])
         self.assertIn("block_stats", doc)
+
+    def test_stats_log(self):
+        # the process-wide runtime is never destroyed: its log is written out at exit
+        with tempfile.TemporaryDirectory() as d:
+            for fmt, header in [("csv", 1), ("jsonl", 0)]:
+                path = os.path.join(d, "log." + fmt)
+                doc = self.parse(["stats"], DEVRT_LOG=path, DEVRT_LOG_FORMAT=fmt)
+                with open(path) as f:
+                    rows = len(f.readlines()) - header
+                r = doc["resource"]
+                self.assertGreater(r["log_records"], 0)
+                self.assertEqual((rows, r["log_dropped"]), (r["log_records"], 0), fmt)
 
     def test_benches(self):
         for suite in ["device", "alloc", "launch", "sem", "partition"]:
