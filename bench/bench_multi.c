@@ -123,16 +123,23 @@ static int d_reduce_one(mctx* c) {
   return 0;
 }
 
+/* A raw NCCL call: a failure is reported with NCCL's code and text. */
+#define NCCL_TRY(l, what, comm, expr)                                                             \
+  do {                                                                                            \
+    dv_nccl_result r_ = (expr);                                                                   \
+    if (r_) return bench_fail(BENCH_SUITE, what, dv_nccl_fail(l, r_, comm, what, "(the bench)")); \
+  } while (0)
+
 static int r_reduce_one(mctx* c) {
   const dv_nccl* l = c->lib;
-  if (l->GroupStart()) return bench_fail(BENCH_SUITE, "ncclGroupStart", DEVRT_ERR_BACKEND_ERROR);
+  NCCL_TRY(l, "ncclGroupStart", NULL, l->GroupStart());
   for (int k = 0; k < c->ndev; k++) {
     dev* d = &c->d[k];
-    if (l->AllReduce(d->arp, d->arp, c->count, DEVRT_FLOAT32, DEVRT_SUM, d->raw,
-                     d->rt->be->stream_native(d->ds)))
-      return bench_fail(BENCH_SUITE, "ncclAllReduce", DEVRT_ERR_BACKEND_ERROR);
+    NCCL_TRY(l, "ncclAllReduce", d->raw,
+             l->AllReduce(d->arp, d->arp, c->count, DEVRT_FLOAT32, DEVRT_SUM, d->raw,
+                          d->rt->be->stream_native(d->ds)));
   }
-  if (l->GroupEnd()) return bench_fail(BENCH_SUITE, "ncclGroupEnd", DEVRT_ERR_BACKEND_ERROR);
+  NCCL_TRY(l, "ncclGroupEnd", NULL, l->GroupEnd());
   return 0;
 }
 
@@ -270,8 +277,7 @@ int bench_multi(const cli_opts* o) {
       if (!skipped) TRY("devrt_comms_create", devrt_comms_create((unsigned)c.ndev, rts, comms));
       int devs[2] = {c.d[0].rt->cfg.ordinal, c.ndev == 2 ? c.d[1].rt->cfg.ordinal : 0};
       dv_nccl_comm_t raw[2] = {NULL, NULL};
-      if (!skipped && c.lib->CommInitAll(raw, c.ndev, devs))
-        return bench_fail(BENCH_SUITE, "ncclCommInitAll", DEVRT_ERR_BACKEND_ERROR);
+      if (!skipped) NCCL_TRY(c.lib, "ncclCommInitAll", NULL, c.lib->CommInitAll(raw, c.ndev, devs));
       for (int k = 0; !skipped && k < c.ndev; k++) c.d[k].comm = comms[k], c.d[k].raw = raw[k];
       static const int iters[3] = {200, 50, 4};
       for (int i = 0; !skipped && !rc && i < 3; i++) {

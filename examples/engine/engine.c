@@ -848,7 +848,8 @@ static int phases(eg_engine* e) {
   eg_tenant* it = &e->t[0];
   e->t_alone0 = eg_now_ns();
   atomic_store(&e->alone_running, 1);
-  if (pthread_create(&it->thread, NULL, alone_main, it)) return eg_fail(e, "pthread_create");
+  int rc = pthread_create(&it->thread, NULL, alone_main, it);
+  if (rc) return eg_fail(e, "pthread_create: %s", strerror(rc));
   monitor(e, &e->alone_running);
   pthread_join(it->thread, NULL);
   e->t_alone1 = e->t_load0 = eg_now_ns();
@@ -857,9 +858,9 @@ static int phases(eg_engine* e) {
   atomic_store(&e->phase, 1);
   for (int i = 1; i < e->nt; i++) {
     eg_tenant* t = &e->t[i];
-    if (pthread_create(&t->checker, NULL, checker_main, t) ||
-        pthread_create(&t->thread, NULL, batch_main, t)) {
-      eg_fail(e, "pthread_create");
+    if ((rc = pthread_create(&t->checker, NULL, checker_main, t)) ||
+        (rc = pthread_create(&t->thread, NULL, batch_main, t))) {
+      eg_fail(e, "pthread_create: %s", strerror(rc));
       atomic_fetch_sub(&e->batch_running, e->nt - i);
       break;
     }

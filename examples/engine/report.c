@@ -348,6 +348,6 @@ int eg_write_report(eg_engine* e, const eg_figures* fg, const char* dir) {
   timeline_chart(f, e);
   latency_chart(f, e, fg);
   fputs("</body></html>\n", f);
-  if (fclose(f) != 0) return eg_fail(e, "--report: writing %s failed", path);
+  if (fclose(f) != 0) return eg_fail(e, "--report: writing %s failed: %s", path, strerror(errno));
   return 0;
 }

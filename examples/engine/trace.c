@@ -5,6 +5,7 @@
  * layer) and of the device's live, pending and cached bytes. Times in us from the run's start.
  * A long GPU run is cut where some tenant passes MAX_LAUNCHES launches, so the file stays small
  * enough to load (otherData says where). */
+#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 #include "engine.h"
@@ -25,7 +26,7 @@ static void meta(FILE* f, bool* first, int pid, int tid, const char* what, const
 
 int eg_write_trace(eg_engine* e, const char* path) {
   FILE* f = fopen(path, "w");
-  if (!f) return eg_fail(e, "--trace: cannot write %s", path);
+  if (!f) return eg_fail(e, "--trace: cannot write %s: %s", path, strerror(errno));
   static const char* const sems[EG_STREAMS] = {"gen0", "gen1", "scan", "check"};
   bool first = true;
   uint64_t flow = 0, cut = UINT64_MAX; /* events from cut (host ns) on are left out */
@@ -101,6 +102,6 @@ int eg_write_trace(eg_engine* e, const char* path) {
             "{\"live\":%" PRIu64 ",\"pending\":%" PRIu64 ",\"cached\":%" PRIu64 "}}",
             DEVICE_PID, us(e, e->dev[k].t), e->dev[k].live, e->dev[k].pending, e->dev[k].cached);
   fprintf(f, "\n]}\n");
-  if (fclose(f) != 0) return eg_fail(e, "--trace: writing %s failed", path);
+  if (fclose(f) != 0) return eg_fail(e, "--trace: writing %s failed: %s", path, strerror(errno));
   return 0;
 }

@@ -180,10 +180,17 @@ typedef struct devrt_logging_options {
   void* user;
   unsigned buffer_records; /* records buffered before a write (default 256) */
 } devrt_logging_options;
-/* Telemetry per allocate, failure, free and reap; never changes the inner result. */
+/* How often a process-wide flusher thread (started with the first layer that writes a file)
+ * writes every file layer's buffered records: a process killed loses at most this much of its
+ * log. The rest is written when the layer is destroyed and at exit (process-wide runtimes, never
+ * destroyed, included). */
+#define DEVRT_LOG_FLUSH_INTERVAL_MS 1000
+/* Telemetry per allocate, failure, free and reap; never changes the inner result. Records that
+ * cannot be written count in log_dropped, and a layer's first loss is said on stderr (the path and
+ * the cause). */
 devrt_status devrt_logging_resource_create(devrt_resource* upstream,
                                            const devrt_logging_options* opts, devrt_resource** out);
-/* Writes buffered records out. */
+/* Writes buffered records out now. */
 devrt_status devrt_logging_flush(devrt_resource* logging);
 
 typedef struct devrt_memory_stats {

@@ -1,11 +1,13 @@
 /* logging.c: telemetry decorator: one record per allocate, allocate failure, free and reap, to a
  * callback (synchronously) and/or a file as CSV (RMM's columns first) or JSON Lines, buffered under
  * a mutex. Time is seconds since the layer was created (CLOCK_MONOTONIC, 9 decimals); Thread a
- * small per-thread id. */
+ * small per-thread id. A buffer is written when it holds buffer_records records, by the flusher
+ * thread every DEVRT_LOG_FLUSH_INTERVAL_MS, at the layer's destruction and at exit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +27,28 @@ typedef struct dv_logging {
   void* user;
   int fd; /* -1: callback only */
   char* path;
-  unsigned batch;     /* records per write */
-  uint64_t t0;        /* CLOCK_MONOTONIC ns at creation */
-  pthread_mutex_t mu; /* guards buf, len, cap, nbuf */
+  unsigned batch; /* records per write */
+  uint64_t t0;    /* CLOCK_MONOTONIC ns at creation */
+  /* guards buf, len, cap, nbuf, said; held across the buffer's realloc, its write() and the
+   * one stderr line of a first loss */
+  pthread_mutex_t mu;
   char* buf;
   size_t len, cap;
   unsigned nbuf;
+  bool said; /* a loss was said on stderr */
   _Atomic uint64_t records, dropped;
+  struct dv_logging* next; /* in lg_files, under lg_files_mu */
 } dv_logging;
+
+/* The layers that write a file, for the flusher thread and the exit hook. Lock order: lg_files_mu,
+ * then a layer's mu. lg_files_mu guards lg_files and lg_flusher_up; it is held across their
+ * flushes (so a layer's destruction, which unlinks it first, waits for one in progress) and the
+ * flusher thread's start. */
+static pthread_mutex_t lg_files_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t lg_files_cv = PTHREAD_COND_INITIALIZER; /* signalled: a layer was added */
+static dv_logging* lg_files;
+static bool lg_flusher_up;
+static _Atomic bool lg_exiting; /* the exit hook ran: every record is written at once */
 
 static const devrt_resource_vtable lg_vtable;
 
@@ -53,6 +69,7 @@ static bool lg_write_all(int fd, const char* p, size_t n) {
   while (n) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = EIO;
     if (w <= 0) return false;
     p += w;
     n -= (size_t)w;
@@ -60,13 +77,88 @@ static bool lg_write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
-/* Writes the buffer out (mu held); on failure its records count as dropped. */
+/* n records lost (mu held): counted in dropped; the layer's first loss is said on stderr. */
+static void lg_lost(dv_logging* L, unsigned n, const char* why) {
+  atomic_fetch_add_explicit(&L->dropped, n, memory_order_relaxed);
+  if (!L->said)
+    fprintf(stderr,
+            "devrt: allocation log \"%s\": lost %u record(s): %s (log_dropped counts every "
+            "record lost; said once)\n",
+            L->path, n, why);
+  L->said = true;
+}
+
+/* Writes the buffer out (mu held); on failure its records are lost (errno says why). */
 static bool lg_drain(dv_logging* L) {
   bool ok = lg_write_all(L->fd, L->buf, L->len);
-  if (!ok) atomic_fetch_add_explicit(&L->dropped, L->nbuf, memory_order_relaxed);
+  int e = errno;
+  if (!ok) lg_lost(L, L->nbuf, strerror(e));
   L->len = 0;
   L->nbuf = 0;
+  errno = e;
   return ok;
+}
+
+/* Writes every file layer's buffer (lg_files_mu held). */
+static void lg_flush_files(void) {
+  for (dv_logging* L = lg_files; L; L = L->next) {
+    pthread_mutex_lock(&L->mu);
+    if (L->len) lg_drain(L);
+    pthread_mutex_unlock(&L->mu);
+  }
+}
+
+/* The flusher thread: every DEVRT_LOG_FLUSH_INTERVAL_MS while a file layer exists. */
+static void* lg_flusher(void* arg) {
+  (void)arg;
+  const struct timespec interval = {DEVRT_LOG_FLUSH_INTERVAL_MS / 1000,
+                                    DEVRT_LOG_FLUSH_INTERVAL_MS % 1000 * 1000000L};
+  pthread_mutex_lock(&lg_files_mu);
+  for (;;) {
+    while (!lg_files) pthread_cond_wait(&lg_files_cv, &lg_files_mu);
+    pthread_mutex_unlock(&lg_files_mu);
+    nanosleep(&interval, NULL);
+    pthread_mutex_lock(&lg_files_mu);
+    lg_flush_files();
+  }
+  return NULL;
+}
+
+/* At exit: every buffer is written, and records logged later (other threads still running) are
+ * written one by one. */
+static void lg_at_exit(void) {
+  pthread_mutex_lock(&lg_files_mu);
+  atomic_store_explicit(&lg_exiting, true, memory_order_relaxed); /* read under the layers' mu */
+  lg_flush_files();
+  pthread_mutex_unlock(&lg_files_mu);
+}
+
+/* Adds a file layer to lg_files; the first one registers the exit hook and starts the flusher,
+ * which takes no asynchronous signals (they belong to the application's threads). */
+static devrt_status lg_add_file(dv_logging* L) {
+  pthread_mutex_lock(&lg_files_mu);
+  int rc = 0;
+  if (!lg_flusher_up && (rc = atexit(lg_at_exit)) == 0) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    rc = pthread_create(&t, NULL, lg_flusher, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) pthread_detach(t);
+    lg_flusher_up = rc == 0;
+  }
+  if (rc == 0) {
+    L->next = lg_files;
+    lg_files = L;
+    pthread_cond_signal(&lg_files_cv);
+  }
+  pthread_mutex_unlock(&lg_files_mu);
+  if (rc)
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
+                   "devrt_logging_resource_create: cannot start the log flusher for \"%s\": %s",
+                   L->path, rc > 0 ? strerror(rc) : "atexit refused the exit hook");
+  return DEVRT_OK;
 }
 
 /* Appends the tag: CSV quotes it when it holds , " CR or LF (doubling quotes); JSON escapes it. */
@@ -134,9 +226,10 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
   }
   if (L->cap - L->len >= need) {
     L->len = (size_t)(lg_format(L->buf + L->len, &r, L->format) - L->buf);
-    if (++L->nbuf >= L->batch) lg_drain(L);
+    if (++L->nbuf >= L->batch || atomic_load_explicit(&lg_exiting, memory_order_relaxed))
+      lg_drain(L);
   } else {
-    atomic_fetch_add_explicit(&L->dropped, 1, memory_order_relaxed);
+    lg_lost(L, 1, "no host memory to buffer it");
   }
   pthread_mutex_unlock(&L->mu);
 }
@@ -179,6 +272,11 @@ static devrt_status lg_query(devrt_resource* self, devrt_resource_figures* out) 
 static void lg_destroy(devrt_resource* self) {
   dv_logging* L = (dv_logging*)self;
   if (L->fd >= 0) {
+    pthread_mutex_lock(&lg_files_mu); /* unlinked first: no flush of it runs after this */
+    dv_logging** at = &lg_files;
+    while (*at && *at != L) at = &(*at)->next;
+    if (*at) *at = L->next;
+    pthread_mutex_unlock(&lg_files_mu);
     pthread_mutex_lock(&L->mu);
     if (L->len) lg_drain(L);
     pthread_mutex_unlock(&L->mu);
@@ -251,12 +349,11 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream,
                     strerror(errno));
     }
   }
+  if (s == DEVRT_OK && L->fd >= 0) s = lg_add_file(L);
   if (s == DEVRT_OK)
     s = devrt_resource_init(&L->base, &lg_vtable, "logging", upstream->rt, upstream);
   if (s != DEVRT_OK) {
-    if (L->fd >= 0) close(L->fd);
-    L->fd = -1;
-    lg_destroy(&L->base);
+    lg_destroy(&L->base); /* nothing buffered yet: it unlinks and closes */
     return s;
   }
   *out = &L->base;

@@ -1,26 +1,31 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
 reason quotes a library name), stats, an error, and each bench with few rounds (bench scale also
-with its sizes capped); and devrt info says what the host backend emulates.
+with its sizes capped); and devrt info says what the host backend emulates, and why a layout
+fails. devrt stats with DEVRT_LOG leaves every record it counted in the file at exit, and its
+failures name their cause (as text and as JSON).
 
     python3 test_cli_json.py PATH/TO/devrt
 """
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 DEVRT = None
 
 
-def run(args, backend="host", **env):
+def run(args, backend="host", as_json=True, **env):
     e = dict(os.environ, **env)
     e.pop("DEVRT_BACKEND", None)
     if backend:
         e["DEVRT_BACKEND"] = backend
-    p = subprocess.run([DEVRT, *args, "--json"], capture_output=True, text=True, env=e, timeout=300)
+    argv = [DEVRT, *args] + (["--json"] if as_json else [])
+    p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -59,6 +64,14 @@ class CliJson(unittest.TestCase):
         self.assertNotIn("compute capability 0.0", text)
         self.assertNotIn("INVALID_ARGUMENT", text)
 
+    def test_info_failure_messages(self):
+        # a layout the device cannot give comes with its cause, not the status alone
+        doc = self.parse(["info"], DEVRT_HOST_WORKERS="1")
+        bad = [x for x in doc["layouts"] if x["status"] != "OK"]
+        self.assertTrue(bad)
+        for x in bad:
+            self.assertIn("the device has 1", x.get("message", ""))
+
     def test_info_after_refused_cuda(self):
         # auto: the cuda backend is tried first; its refusal names dlopen("...") in quotes
         doc = self.parse(["info"], backend=None, DEVRT_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
@@ -74,6 +87,31 @@ class CliJson(unittest.TestCase):
     def test_stats(self):
         doc = self.parse(["stats"])
         self.assertIn("block_stats", doc)
+
+    def test_stats_log(self):
+        # the process-wide runtime is never destroyed: its log is written out at exit
+        with tempfile.TemporaryDirectory() as d:
+            for fmt, header in [("csv", 1), ("jsonl", 0)]:
+                path = os.path.join(d, "log." + fmt)
+                doc = self.parse(["stats"], DEVRT_LOG=path, DEVRT_LOG_FORMAT=fmt)
+                with open(path) as f:
+                    rows = len(f.readlines()) - header
+                r = doc["resource"]
+                self.assertGreater(r["log_records"], 0)
+                self.assertEqual((rows, r["log_dropped"]), (r["log_records"], 0), fmt)
+
+    def test_stats_error_messages(self):
+        # the message after the status names the cause, though cleanup ran devrt calls after it
+        for env, cause in [({"DEVRT_BUDGET": "1"}, "limit 1"),
+                           ({"DEVRT_LOG": "/nonexistent/x.csv"}, '"/nonexistent/x.csv"')]:
+            with self.subTest(env=env):
+                doc = self.parse(["stats"], want_rc=1, **env)
+                self.assertIn(cause, doc["message"])
+                rc, _, err = run(["stats"], as_json=False, **env)
+                self.assertEqual(rc, 1)
+                m = re.fullmatch(r"devrt stats: block_alloc: [A-Z_]+: (.*)\n", err)
+                self.assertTrue(m, err)
+                self.assertIn(cause, m.group(1))
 
     def test_benches(self):
         for suite in ["device", "alloc", "launch", "sem", "partition"]:

@@ -46,6 +46,7 @@ static void print_plan(const devrt_layout_plan* p, int json) {
 typedef struct pair {
   int a, b;
   devrt_status st;
+  char msg[256]; /* devrt_last_error() of a failure, kept: later calls clear it */
   devrt_peer_info pi;
 } pair;
 
@@ -61,6 +62,7 @@ static int peer_pairs(devrt_runtime* rt, pair* out, int* ndev) {
       p->st = devrt_runtime_get(a, &ra);
       if (p->st == DEVRT_OK) p->st = devrt_runtime_get(b, &rb);
       if (p->st == DEVRT_OK) p->st = devrt_peer_query(ra, rb, &p->pi);
+      if (p->st != DEVRT_OK) snprintf(p->msg, sizeof p->msg, "%s", devrt_last_error());
     }
   return k;
 }
@@ -93,8 +95,10 @@ int cli_info(const cli_opts* o) {
   const example* layouts = host ? host_layouts : gpu_layouts;
   devrt_layout_plan lp[NLAYOUT];
   devrt_status ls[NLAYOUT];
+  char lmsg[NLAYOUT][256]; /* a failure's message, kept: later calls clear it */
   for (unsigned i = 0; i < NLAYOUT; i++)
-    ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i]);
+    if ((ls[i] = devrt_layout_plan_get(rt, &layouts[i].spec, &lp[i])) != DEVRT_OK)
+      snprintf(lmsg[i], sizeof lmsg[i], "%s", devrt_last_error());
   static pair pairs[MAXPEER * (MAXPEER - 1) / 2];
   int ndev = 1, npairs = peer_pairs(rt, pairs, &ndev);
   if (o->json) {
@@ -136,8 +140,10 @@ int cli_info(const cli_opts* o) {
              ls[i] == DEVRT_OK && lp[i].isolated ? "true" : "false");
       if (ls[i] == DEVRT_OK)
         print_plan(&lp[i], 1);
-      else
-        printf("[]");
+      else {
+        printf("[],\"message\":");
+        json_str(lmsg[i]);
+      }
       printf(",\"idle_sms\":%u}", ls[i] == DEVRT_OK ? lp[i].idle_sms : 0);
     }
     printf("],\n \"peers\":{\"devices\":%d,\"pairs\":[", ndev);
@@ -145,7 +151,10 @@ int cli_info(const cli_opts* o) {
       const devrt_peer_info* q = &pairs[i].pi;
       printf("%s{\"a\":%d,\"b\":%d,\"status\":\"%s\"", i ? "," : "", pairs[i].a, pairs[i].b,
              devrt_status_name(pairs[i].st));
-      if (pairs[i].st == DEVRT_OK)
+      if (pairs[i].st != DEVRT_OK) {
+        printf(",\"message\":");
+        json_str(pairs[i].msg);
+      } else
         printf(
             ",\"can_access\":%s,\"link\":\"%s\",\"performance_rank\":%d,"
             "\"native_atomics\":%s,\"enabled\":%s",
@@ -190,7 +199,7 @@ int cli_info(const cli_opts* o) {
   for (unsigned i = 0; i < NLAYOUT; i++) {
     printf("  layout %-30s -> ", layouts[i].what);
     if (ls[i] != DEVRT_OK)
-      printf("%s", devrt_status_name(ls[i]));
+      printf("%s: %s", devrt_status_name(ls[i]), lmsg[i]);
     else {
       print_plan(&lp[i], 0);
       if (lp[i].idle_sms) printf(", %u idle", lp[i].idle_sms);
@@ -202,7 +211,8 @@ int cli_info(const cli_opts* o) {
   for (int i = 0; i < npairs; i++) {
     const devrt_peer_info* q = &pairs[i].pi;
     if (pairs[i].st != DEVRT_OK)
-      printf("  %d <-> %d: %s\n", pairs[i].a, pairs[i].b, devrt_status_name(pairs[i].st));
+      printf("  %d <-> %d: %s: %s\n", pairs[i].a, pairs[i].b, devrt_status_name(pairs[i].st),
+             pairs[i].msg);
     else if (q->performance_rank >= 0)
       printf("  %d <-> %d: %s, performance rank %d, native atomics %s\n", pairs[i].a, pairs[i].b,
              q->link, q->performance_rank, q->native_atomics ? "yes" : "no");

@@ -449,11 +449,15 @@ int cli_replay(int argc, char** argv) {
     return free(L.ops), 1;
   }
   replay R = {.L = &L, .ptrs = calloc(L.allocs, sizeof(void*))};
+  if (!R.ptrs) {
+    fprintf(stderr, "devrt replay: no host memory for %zu allocations' pointers\n", L.allocs);
+    return free(L.ops), 1;
+  }
   devrt_runtime_info ri;
   devrt_device_info di;
   result res[NSTACKS];
   int rc = 1, nstreams = L.nstreams < MAX_STREAMS ? (int)L.nstreams : MAX_STREAMS, got = 0;
-  devrt_status s = R.ptrs ? devrt_runtime_get(ordinal, &R.rt) : DEVRT_ERR_OUT_OF_RESOURCES;
+  devrt_status s = devrt_runtime_get(ordinal, &R.rt);
   if (s == DEVRT_OK) s = devrt_runtime_info_get(R.rt, &ri);
   if (s == DEVRT_OK) s = devrt_device_info_get(R.rt, &di);
   while (s == DEVRT_OK && got < nstreams)

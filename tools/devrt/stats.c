@@ -206,8 +206,9 @@ int cli_stats(const cli_opts* o) {
   devrt_status s = devrt_runtime_get(o->ordinal, &w.rt);
   if (s != DEVRT_OK) return fail(o, what, s);
   s = run(&w, &what);
+  int rc = s != DEVRT_OK ? fail(o, what, s) : 0; /* said first: cleanup's calls clear the message */
   cleanup(&w);
-  if (s != DEVRT_OK) return fail(o, what, s);
+  if (rc) return rc;
   devrt_runtime_info ri;
   devrt_block_stats bs;
   devrt_resource* stack;
