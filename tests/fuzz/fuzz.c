@@ -16,6 +16,7 @@
  * FZ_TRACE=1 traces block, launch and submit calls; FZ_VERBOSE=1 every call; FZ_ALARM=seconds
  * (default 20) before a seed counts as hung. */
 #include <devrt/devrt.h>
+#include <devrt/torch.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -269,6 +270,8 @@ typedef struct {
   uint64_t sem_seen[NSEMS];
   devrt_stream imports[MAXS]; /* imported stream ids (devrt_stream_import), forgotten at the end */
   unsigned nimports;
+  ralloc torch[16]; /* devrt_torch_alloc's (r unused; s: the index of its framework stream) */
+  unsigned ntorch;
   ring ring; /* its last calls */
 } worker;
 
@@ -378,13 +381,9 @@ static void op_block_free(worker* w) {
   blk k = w->blocks[i];
   w->blocks[i] = w->blocks[--w->nblocks];
   span_del(k.p);
-  devrt_status fst =
-      CHK(devrt_block_free(g_rt, k.h), OK_ | IST); /* IST: a racing use (documented) */
-  if (fst == DEVRT_ERR_INVALID_STATE) {
-    span_add(k.p, k.size, __LINE__);
-    w->blocks[w->nblocks++] = k;
-    return;
-  }
+  /* Only this thread frees its blocks: whatever another thread's launch or queued work is
+   * issuing against it, the free of a live block is never refused. */
+  devrt_status fst = CHK(devrt_block_free(g_rt, k.h), OK_);
   TR("T%d block_free %#llx p %p -> %s\n", w->id, (unsigned long long)k.h, k.p,
      devrt_status_name(fst));
   dead_block(k.h);
@@ -1196,12 +1195,10 @@ static void op_shared(worker* w) {
   unsigned i = rn(&w->r, NSHARED);
   devrt_block b = atomic_exchange(&g_shared[i], 0);
   if (!b) return;
-  devrt_status st = CHK(devrt_block_free(g_rt, b), OK_ | IST);
+  /* taken out of the table: no other thread frees it; their launches over it never make the
+   * free refused */
+  devrt_status st = CHK(devrt_block_free(g_rt, b), OK_);
   TR("T%d shared_free %#llx -> %s\n", w->id, (unsigned long long)b, devrt_status_name(st));
-  if (st == DEVRT_ERR_INVALID_STATE) {
-    atomic_store(&g_shared[i], b);
-    return;
-  }
   dead_block(b);
   /* replace it */
   devrt_stream s = w->nstreams ? w->streams[0] : 0;
@@ -1269,6 +1266,26 @@ static void op_runtime(worker* w) {
   CHK(devrt_runtime_destroy(rt), OK_);
 }
 
+/* A runtime whose stream another runtime imported is not destroyed until the import goes. */
+static void import_holds_owner(worker* w) {
+  devrt_config c;
+  devrt_runtime* o = NULL;
+  devrt_stream s = 0, id = 0;
+  void* native = NULL;
+  CHK(devrt_config_init(&c), OK_);
+  c.backend = getenv("FZ_CUDA") ? DEVRT_BACKEND_CUDA : DEVRT_BACKEND_HOST;
+  c.stream_pool_size = 1, c.host_workers = 1 + rn(&w->r, 2);
+  if (CHK(devrt_runtime_create(&c, &o), OK_) != DEVRT_OK) return;
+  CHK(devrt_stream_acquire(o, DEVRT_ACQUIRE_FAIL, &s), OK_);
+  CHK(devrt_stream_native(o, s, &native), OK_);
+  if (CHK(devrt_stream_import(g_rt, native, &id), OK_ | OOR) == DEVRT_OK) {
+    CHK(devrt_runtime_destroy(o), IST); /* g_rt holds its stream */
+    CHK(devrt_stream_forget(g_rt, id), OK_);
+  }
+  CHK(devrt_stream_release(o, s), OK_);
+  CHK(devrt_runtime_destroy(o), OK_);
+}
+
 /* Imported streams: the legacy default stream (NULL) and another runtime's stream, used as this
  * thread's own; refused: a stream of this runtime's pool, the per-thread stream, forgetting a pool
  * stream or a made-up id. */
@@ -1296,9 +1313,77 @@ static void op_import(worker* w) {
       break;
     case 3:
       CHK(devrt_stream_import(g_rt, DEVRT_STREAM_PER_THREAD, &id), UNS);
+      if (chance(&w->r, 20)) import_holds_owner(w);
       break;
     default:
       CHK(devrt_stream_forget(g_rt, w->nstreams ? w->streams[0] : rnext(&w->r) | 1), INV);
+  }
+}
+
+/* ---- PyTorch's entry points (devrt/torch.h): the process-wide runtime of ordinal 0 ---- */
+
+enum { NFW = 3 };
+static devrt_runtime* g_fw; /* the "framework": its streams stand for PyTorch's (never destroyed:
+                             * the torch entry points hold their imports for the process) */
+static void* g_fw_native[NFW];
+static devrt_stream g_fw_stream[NFW];
+static atomic_int g_torch_imported; /* a torch allocation was made on a g_fw stream: held */
+
+/* A framework stream by index: g_fw's, or the legacy default stream (NFW). */
+static void* fw_native(unsigned i) { return i < NFW ? g_fw_native[i] : NULL; }
+static unsigned fw_pick(worker* w) { return rn(&w->r, NFW + 1); }
+
+/* A reader of a live allocation on a framework stream (host memory on the host backend). */
+static void torch_reader(void* u) {
+  volatile unsigned char* p = u;
+  (void)p[0];
+}
+
+/* The torch entry points never return a status: a call failed iff it set devrt_last_error(). */
+static void torch_expect(bool fails, const char* call, int line) {
+  bool failed = devrt_last_error()[0] != 0;
+  chk_(failed ? DEVRT_ERR_INVALID_ARGUMENT : DEVRT_OK, fails ? INV : OK_, call, line);
+}
+
+static void op_torch(worker* w) {
+  unsigned c = rn(&w->r, 10);
+  if (c < 4 && w->ntorch < 16) { /* allocate */
+    size_t size = chance(&w->r, 70) ? 4 + 4 * (size_t)rn(&w->r, 4096) : rand_size(&w->r);
+    unsigned si = fw_pick(w);
+    int dev = chance(&w->r, 5) ? (chance(&w->r, 50) ? -1 : DEVRT_MAX_ORDINALS) : 0;
+    void* native = chance(&w->r, 4) ? DEVRT_STREAM_PER_THREAD : fw_native(si);
+    void* p = devrt_torch_alloc(size, dev, native);
+    if (p && si < NFW) atomic_store(&g_torch_imported, 1); /* imported g_fw's stream */
+    if (p) {
+      torch_expect(false, "devrt_torch_alloc", __LINE__);
+      ASSERT(size && dev == 0 && native != DEVRT_STREAM_PER_THREAD, "a refusal gave memory");
+      span_add(p, size, __LINE__);
+      w->torch[w->ntorch++] = (ralloc){NULL, p, size, si};
+    } else {
+      /* 0 bytes: NULL without an error; a bad device or stream, or no memory: an error */
+      torch_expect(size != 0, "devrt_torch_alloc (NULL)", __LINE__);
+    }
+  } else if (c < 6 && w->ntorch) { /* record_stream, with a reader there first at times */
+    ralloc* a = &w->torch[rn(&w->r, w->ntorch)];
+    unsigned si = rn(&w->r, NFW + 2);
+    void* native = si == NFW + 1 ? DEVRT_STREAM_PER_THREAD : fw_native(si);
+    if (si < NFW && !getenv("FZ_CUDA") && chance(&w->r, 60))
+      CHK(devrt_stream_host_func(g_fw, g_fw_stream[si], torch_reader, a->p), OK_);
+    devrt_torch_record_stream(a->p, native);
+    torch_expect(false, "devrt_torch_record_stream", __LINE__);
+  } else if (c < 9 && w->ntorch) { /* free, on its stream or another */
+    unsigned i = rn(&w->r, w->ntorch);
+    ralloc a = w->torch[i];
+    w->torch[i] = w->torch[--w->ntorch];
+    span_del(a.p);
+    devrt_torch_free(a.p, a.size, 0, fw_native(chance(&w->r, 80) ? (unsigned)a.s : fw_pick(w)));
+    torch_expect(false, "devrt_torch_free", __LINE__); /* never fails: PyTorch never retries */
+  } else {                                             /* not devrt's pointer, or NULL */
+    int local = 0;
+    devrt_torch_free(chance(&w->r, 50) ? (void*)&local : NULL, 64, 0, fw_native(fw_pick(w)));
+    torch_expect(devrt_last_error()[0] != 0, "devrt_torch_free (foreign or NULL)", __LINE__);
+    devrt_torch_record_stream(NULL, fw_native(0));
+    torch_expect(false, "devrt_torch_record_stream (NULL)", __LINE__);
   }
 }
 
@@ -1313,7 +1398,7 @@ static const struct family {
                 {'y', 5, op_res_free},   {'p', 3, op_reap},        {'o', 4, op_own_stack},
                 {'s', 8, op_sem},        {'u', 6, op_submit},      {'t', 4, op_partition},
                 {'k', 2, op_pool},       {'h', 1, op_shared},      {'c', 1, op_runtime},
-                {'i', 2, op_import}};
+                {'i', 2, op_import},     {'z', 4, op_torch}};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 static void* worker_main(void* arg) {
@@ -1399,6 +1484,12 @@ static void drain_worker(worker* w) {
   w->npstreams = 0;
   for (unsigned i = 0; i < w->nimports; i++) CHK(devrt_stream_forget(g_rt, w->imports[i]), OK_);
   w->nimports = 0;
+  for (unsigned i = 0; i < w->ntorch; i++) {
+    span_del(w->torch[i].p);
+    devrt_torch_free(w->torch[i].p, w->torch[i].size, 0, fw_native((unsigned)w->torch[i].s));
+    torch_expect(false, "devrt_torch_free (drain)", __LINE__);
+  }
+  w->ntorch = 0;
   if (w->ev) {
     CHK(devrt_event_destroy(g_rt, w->ev), OK_);
     w->ev = NULL;
@@ -1452,6 +1543,13 @@ static int run_seed(unsigned long long seed, int ops, int nth) {
   devrt_config cfg2 = cfg;
   cfg2.stream_pool_size = 2;
   if (CHK(devrt_runtime_create(&cfg2, &g_rt2), OK_)) return 1;
+  CHK(devrt_configure(0, &cfg), OK_); /* the torch entry points' runtime: this seed's config */
+  cfg2.stream_pool_size = NFW;
+  if (CHK(devrt_runtime_create(&cfg2, &g_fw), OK_)) return 1;
+  for (int i = 0; i < NFW; i++) {
+    CHK(devrt_stream_acquire(g_fw, DEVRT_ACQUIRE_FAIL, &g_fw_stream[i]), OK_);
+    CHK(devrt_stream_native(g_fw, g_fw_stream[i], &g_fw_native[i]), OK_);
+  }
 
   /* optionally a caller-built stack on the main runtime */
   if (chance(&r, 25)) {
@@ -1596,6 +1694,19 @@ static int run_seed(unsigned long long seed, int ops, int nth) {
   CHK(devrt_semaphore_destroy(g_foreign_sem), OK_);
   CHK(devrt_runtime_destroy(g_rt2), OK_);
   CHK(devrt_runtime_destroy(NULL), INV);
+  /* the torch allocations drained: ordinal 0's stack holds nothing live or pending; g_fw, whose
+   * streams it imported for the process, cannot be destroyed */
+  devrt_runtime* prt = NULL;
+  if (CHK(devrt_runtime_get(0, &prt), OK_) == DEVRT_OK) {
+    devrt_resource* ptop = NULL;
+    devrt_resource_figures f;
+    CHK(devrt_reap_pending(prt, DEVRT_REAP_WAIT, NULL), OK_);
+    if (CHK(devrt_runtime_resource(prt, &ptop), OK_) == DEVRT_OK &&
+        CHK(devrt_resource_query(ptop, &f), OK_) == DEVRT_OK)
+      ASSERT(f.live_bytes == 0 && f.pending_bytes == 0, "torch allocations did not drain");
+  }
+  for (int i = 0; i < NFW; i++) CHK(devrt_stream_synchronize(g_fw, g_fw_stream[i]), OK_);
+  if (atomic_load(&g_torch_imported)) CHK(devrt_runtime_destroy(g_fw), IST);
   free(ws);
   alarm(0);
   int f = atomic_load(&g_findings);
