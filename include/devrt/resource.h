@@ -88,8 +88,13 @@ devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable*
 devrt_status devrt_resource_retain(devrt_resource* r);
 devrt_status devrt_resource_release(devrt_resource* r);
 
-/* The checked entry points. size 0 is INVALID_ARGUMENT (devrt's policy: a zero-byte request is a
- * caller bug); tag may be NULL ("untagged") and must outlive the runtime (a string literal). */
+/* The largest size an allocation may ask for: 2^62 bytes (4 EiB), more than any device holds. */
+#define DEVRT_MAX_ALLOC_SIZE ((uint64_t)1 << 62)
+
+/* The checked entry points, which every layer is called through. A size of 0 or above
+ * DEVRT_MAX_ALLOC_SIZE is INVALID_ARGUMENT before any layer sees it (devrt's policy: a zero-byte
+ * request is a caller bug; a larger one could not be rounded or counted without overflowing);
+ * tag may be NULL ("untagged") and must outlive the runtime (a string literal). */
 devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devrt_stream stream,
                                      const char* tag, void** out);
 devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size_t size,

@@ -53,8 +53,9 @@ typedef struct devrt_config {
                                  (resource.h; 0 or unset: 64 MiB) */
 } devrt_config;
 
-/* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above.
- * A malformed variable is an error naming it. Thread-safe. */
+/* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above. A
+ * malformed variable (numbers are decimal digits only; empty is malformed: README) is
+ * INVALID_ARGUMENT naming the variable and its value. Thread-safe. */
 devrt_status devrt_config_init(devrt_config* cfg);
 
 /* Sets the configuration the process-wide runtime of `ordinal` will be created with

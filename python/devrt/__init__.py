@@ -47,18 +47,19 @@ def version():
 
 
 def _budget(budget):
-    """(budget_bytes, budget_percent) for bytes (int > 0, or a string of digits) or "N%"."""
+    """(budget_bytes, budget_percent) for bytes (int > 0, or a string of digits) or "N%", as
+    DEVRT_BUDGET reads them: ASCII decimal digits without a sign, blank or leading zero."""
     if isinstance(budget, bool):
         pass  # True/False are not budgets
     elif isinstance(budget, int) and 0 < budget < 1 << 64:
         return budget, 0
     elif isinstance(budget, str):
-        s = budget.strip()
-        m = re.fullmatch(r"(\d+)\s*%", s)
-        if m and int(m.group(1)) < 1 << 32:
-            return 0, int(m.group(1))  # devrt_configure checks 1..100 and names the value
-        if re.fullmatch(r"\d+", s) and 0 < int(s) < 1 << 64:
-            return int(s), 0
+        m = re.fullmatch(r"(0|[1-9][0-9]*)(%?)", budget)
+        n = int(m.group(1)) if m else 0
+        if m and m.group(2) and n < 1 << 32:
+            return 0, n  # devrt_configure checks 1..100 and names the value
+        if m and not m.group(2) and 0 < n < 1 << 64:
+            return n, 0
     raise DevrtError(
         "INVALID_ARGUMENT",
         f"devrt.configure: budget={budget!r} is neither bytes (> 0) nor a percentage "

@@ -2,6 +2,7 @@
  * counters and armed calls, and DEVRT_FAULT. Only runtimes created while injection is enabled
  * use the table; every other runtime's calls never come here. */
 #include "fault.h"
+#include "../core/parse.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -298,27 +299,31 @@ static void print_counts(void) {
   fprintf(stderr, "\n");
 }
 
+/* DEVRT_FAULT: `count`, or op:N[:STATUS] with N in decimal digits (dv_parse_u64); set, it must be
+ * one of them (empty too is refused). */
 static void read_env(void) {
   const char* v = getenv("DEVRT_FAULT");
-  if (!v || !*v) return;
+  if (!v) return;
   if (!strcmp(v, "count")) {
     dv_fault_enable();
     atexit(print_counts);
     return;
   }
   char op[64] = "";
-  unsigned long long nth = 0;
-  int end = 0;
-  bool ok = sscanf(v, "%63[a-z_]:%llu%n", op, &nth, &end) == 2 && nth > 0;
+  const char *n = strchr(v, ':'), *st = n ? strchr(n + 1, ':') : NULL;
+  uint64_t nth = 0;
+  bool ok = n && (size_t)(n - v) < sizeof op &&
+            dv_parse_u64(n + 1, st ? (size_t)(st - n - 1) : strlen(n + 1), 10, &nth) && nth > 0;
+  if (ok) memcpy(op, v, (size_t)(n - v));
   unsigned s = 0; /* the status named after a second ':', 0 (the op's usual one) without */
-  if (ok && v[end] == ':')
-    while (++s < DEVRT_STATUS_COUNT_ && strcmp(devrt_status_name((devrt_status)s), v + end + 1)) {}
-  ok = ok && (v[end] == 0 || (v[end] == ':' && s < DEVRT_STATUS_COUNT_));
+  if (ok && st)
+    while (++s < DEVRT_STATUS_COUNT_ && strcmp(devrt_status_name((devrt_status)s), st + 1)) {}
+  ok = ok && (!st || s < DEVRT_STATUS_COUNT_);
   if (!ok || dv_fault_inject(dv_op_find(op), nth, (devrt_status)s) != DEVRT_OK) {
     env_status = DEVRT_ERR_INVALID_ARGUMENT;
     snprintf(env_error, sizeof env_error,
              "DEVRT_FAULT=\"%s\" is neither `count` nor op:N[:STATUS] (an op of the backend table "
-             "that returns a status, N >= 1, a status name other than OK)",
+             "that returns a status, N >= 1 in decimal digits, a status name other than OK)",
              v);
   }
 }

@@ -1,7 +1,6 @@
 /* host.c: the host backend (dv_host_backend): devrt's device operations on the CPU. Owns the
  * host device, one worker thread per stream draining a FIFO of ops, events as fences (stream,
  * sequence), the counted host pool, and the builtin host kernel launcher. */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend.h"
+#include "../core/parse.h"
 
 /* Every allocation carries a 256-byte header in front of the returned pointer. */
 #define HDR ((size_t)256)
@@ -239,17 +239,12 @@ static devrt_status enqueue(dv_stream* s, op* o, const char* who) {
 static devrt_status host_device_count(int* out) {
   if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host device_count: out is NULL");
   const char* v = getenv("DEVRT_HOST_DEVICES");
-  if (!v || !*v) {
-    *out = 1;
-    return DEVRT_OK;
-  }
-  char* end;
-  errno = 0;
-  long n = strtol(v, &end, 10);
-  if (errno || *end || n < 1 || n > DEVRT_MAX_ORDINALS)
+  uint64_t n = 1;
+  if (v && (!dv_parse_u64(v, strlen(v), 10, &n) || n < 1 || n > DEVRT_MAX_ORDINALS))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                   "host device_count: DEVRT_HOST_DEVICES '%s' is not 1..%d", v,
-                   DEVRT_MAX_ORDINALS);
+                   "host device_count: DEVRT_HOST_DEVICES=\"%s\" is not a decimal number in "
+                   "[1, %d]",
+                   v, DEVRT_MAX_ORDINALS);
   *out = (int)n;
   return DEVRT_OK;
 }

@@ -4,8 +4,8 @@
 #include "../backend/fault.h"
 #include "../block/block.h"
 #include "../multi/multi.h"
+#include "parse.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,26 +25,27 @@ int devrt_built_with_cuda(void) {
 
 /* ---- configuration ---- */
 
+/* A decimal setting (dv_parse_u64: digits only, no leading zero) in [lo, hi]; unset leaves *out.
+ * Set, it must be a number: empty is refused as malformed. */
 static devrt_status env_u64(const char* name, uint64_t lo, uint64_t hi, uint64_t* out) {
   const char* v = getenv(name);
-  if (!v || !*v) return DEVRT_OK;
-  char* end;
-  errno = 0;
-  unsigned long long x = strtoull(v, &end, 0);
-  if (errno || *end || v[0] == '-' || x < lo || x > hi)
+  uint64_t x;
+  if (!v) return DEVRT_OK;
+  if (!dv_parse_u64(v, strlen(v), 10, &x) || x < lo || x > hi)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                   "devrt_config_init: %s=\"%s\" is not a number in [%" PRIu64 ", %" PRIu64 "]",
+                   "devrt_config_init: %s=\"%s\" is not a decimal number in [%" PRIu64 ", %" PRIu64
+                   "] (digits only: no sign, blank, prefix or leading zero)",
                    name, v, lo, hi);
   *out = x;
   return DEVRT_OK;
 }
 
-/* A variable that names one of two words: *second says whether it named the second; unset or
- * empty leaves it. */
+/* A variable that names one of two words: *second says whether it named the second; unset leaves
+ * it (empty is neither word). */
 static devrt_status env_pick(const char* name, const char* first, const char* second,
                              bool* second_out) {
   const char* v = getenv(name);
-  if (!v || !*v) return DEVRT_OK;
+  if (!v) return DEVRT_OK;
   if (strcmp(v, first) && strcmp(v, second))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_config_init: %s=\"%s\" is not %s or %s", name,
                    v, first, second);
@@ -53,6 +54,7 @@ static devrt_status env_pick(const char* name, const char* first, const char* se
 }
 
 devrt_status devrt_config_init(devrt_config* cfg) {
+  dv_error_clear(); /* a public call's entry: see error.h */
   DV_ARG_CHECK(cfg, "devrt_config_init", "cfg is NULL");
   memset(cfg, 0, sizeof *cfg);
   cfg->backend = DEVRT_BACKEND_AUTO;
@@ -65,7 +67,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   cfg->wait_spin_ns = 20000;
   cfg->partition_streams = 64;
   const char* b = getenv("DEVRT_BACKEND");
-  if (b && *b) {
+  if (b) {
     if (!strcmp(b, "auto"))
       cfg->backend = DEVRT_BACKEND_AUTO;
     else if (!strcmp(b, "cuda"))
@@ -90,21 +92,17 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   DV_CHECK(env_u64("DEVRT_HOST_DEVICES", 1, DEVRT_MAX_ORDINALS, &v));
   cfg->host_devices = (unsigned)v;
   const char* bud = getenv("DEVRT_BUDGET");
-  if (bud && *bud) {
+  if (bud) {
     size_t len = strlen(bud);
-    char* end;
-    errno = 0; /* ERANGE: a number past 2^64 - 1 is as malformed as any other */
-    unsigned long long x = strtoull(bud, &end, 10);
-    bool in_range = errno == 0 && bud[0] != '-';
-    if (in_range && bud[len - 1] == '%' && end == bud + len - 1 && x >= 1 && x <= 100)
-      cfg->budget_percent = (unsigned)x, cfg->budget_bytes = 0;
-    else if (in_range && *end == 0 && x > 0)
-      cfg->budget_bytes = x;
-    else
+    bool pct = len && bud[len - 1] == '%';
+    uint64_t x = 0;
+    if (!dv_parse_u64(bud, len - pct, 10, &x) || !x || (pct && x > 100))
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                      "devrt_config_init: DEVRT_BUDGET=\"%s\" is neither bytes (> 0) nor a "
-                     "percentage (1%%..100%%)",
+                     "percentage (1%%..100%%), in decimal digits (no sign, blank or leading zero)",
                      bud);
+    cfg->budget_bytes = pct ? 0 : x;
+    if (pct) cfg->budget_percent = (unsigned)x;
   }
   DV_CHECK(env_pick("DEVRT_CACHE", "0", "1", &cfg->cache));
   DV_CHECK(env_u64("DEVRT_CACHE_MAX_CLASS", 0, DEVRT_CACHING_MAX_CLASS, &cfg->cache_max_class));
@@ -117,15 +115,15 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   DV_CHECK(env_pick("DEVRT_COMPLETION", "sync", "hostfn", &hostfn));
   cfg->completion = hostfn;
   const char* p = getenv("DEVRT_STREAM_PRIORITY");
-  if (p && *p) {
-    char* end;
-    errno = 0;
-    long x = strtol(p, &end, 10);
-    if (errno || end == p || *end || x < -64 || x > 64)
-      return dv_fail(
-          DEVRT_ERR_INVALID_ARGUMENT,
-          "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in [-64, 64]", p);
-    cfg->stream_priority = (int)x;
+  if (p) {
+    bool neg = *p == '-';
+    uint64_t x = 0;
+    if (!dv_parse_u64(p + neg, strlen(p + neg), 10, &x) || x > 64)
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_config_init: DEVRT_STREAM_PRIORITY=\"%s\" is not an integer in "
+                     "[-64, 64] (an optional '-', then decimal digits without a leading zero)",
+                     p);
+    cfg->stream_priority = neg ? -(int)x : (int)x;
   }
   if (cfg->stream_pool_size + cfg->partition_streams > DEVRT_MAX_STREAMS)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,

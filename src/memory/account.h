@@ -71,9 +71,14 @@ static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
 dv_mem_account* dv_account_new(void);
 void dv_account_init(dv_mem_account* a);
 
-static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
-  uint64_t g = a->granularity; /* a power of two */
+/* size rounded up to g, a power of two; never overflows: the entry points refuse sizes above
+ * DEVRT_MAX_ALLOC_SIZE (2^62), and g is at most 2^63. */
+static inline uint64_t dv_round_to(size_t size, uint64_t g) {
+  DV_ASSERT(size <= DEVRT_MAX_ALLOC_SIZE && g && !(g & (g - 1)));
   return ((uint64_t)size + g - 1) & ~(g - 1);
+}
+static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
+  return dv_round_to(size, a->granularity);
 }
 
 /* Adds n bytes to a figure (on this thread's shard s: dv_shard(), read once by a hot path). */

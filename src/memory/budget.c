@@ -74,9 +74,7 @@ static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
 
 static uint64_t charge(budget* b, size_t size) {
   dv_mem_account* a = b->r.account;
-  return !a          ? ((uint64_t)size + 255) & ~(uint64_t)255
-         : a->charge ? a->charge(a, size)
-                     : dv_round(a, size);
+  return !a ? dv_round_to(size, 256) : a->charge ? a->charge(a, size) : dv_round(a, size);
 }
 
 #define NOT_TRIED ((devrt_status)-1) /* an owner's first upstream call, not made yet */

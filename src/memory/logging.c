@@ -306,7 +306,7 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream,
   } else {
     o.path = getenv("DEVRT_LOG");
     const char* f = getenv("DEVRT_LOG_FORMAT");
-    if (f && *f && strcmp(f, "csv") && strcmp(f, "jsonl"))
+    if (f && strcmp(f, "csv") && strcmp(f, "jsonl"))
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                      "devrt_logging_resource_create: DEVRT_LOG_FORMAT=\"%s\" is not csv or jsonl",
                      f);

@@ -173,7 +173,8 @@ DV_HOT devrt_status devrt_resource_allocate(devrt_resource* r, size_t size, devr
                                             const char* tag, void** out) {
   DV_RES_CHECK(r, "devrt_resource_allocate");
   DV_ARG_CHECK(out, "devrt_resource_allocate", "out is NULL (%s)", r->name);
-  DV_ARG_CHECK(size, "devrt_resource_allocate", "size is 0 (%s, tag %s)", r->name,
+  DV_ARG_CHECK((uint64_t)size - 1 < DEVRT_MAX_ALLOC_SIZE, "devrt_resource_allocate",
+               "size %zu not in [1, DEVRT_MAX_ALLOC_SIZE = 2^62] (%s, tag %s)", size, r->name,
                tag ? tag : "untagged");
   *out = NULL;
   return r->vtable->allocate(r, size, stream, tag, out);
@@ -183,7 +184,8 @@ DV_HOT devrt_status devrt_resource_deallocate(devrt_resource* r, void* ptr, size
                                               devrt_stream stream) {
   DV_RES_CHECK(r, "devrt_resource_deallocate");
   DV_ARG_CHECK(ptr, "devrt_resource_deallocate", "ptr is NULL (%s)", r->name);
-  DV_ARG_CHECK(size, "devrt_resource_deallocate", "size is 0 (%s, ptr %p)", r->name, ptr);
+  DV_ARG_CHECK((uint64_t)size - 1 < DEVRT_MAX_ALLOC_SIZE, "devrt_resource_deallocate",
+               "size %zu not in [1, DEVRT_MAX_ALLOC_SIZE = 2^62] (%s, ptr %p)", size, r->name, ptr);
   return r->vtable->deallocate(r, ptr, size, stream);
 }
 

@@ -327,9 +327,11 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
       DV_ARG_CHECK(sub->host.fn, "devrt_queue_submit", "host call without a function");
       return DEVRT_OK;
     case DEVRT_WORK_ALLOC:
-      DV_ARG_CHECK(sub->alloc.size && sub->alloc.out, "devrt_queue_submit",
-                   "allocation of %zu bytes into %p (tag %s)", sub->alloc.size,
-                   (void*)sub->alloc.out, sub->alloc.tag ? sub->alloc.tag : "untagged");
+      DV_ARG_CHECK((uint64_t)sub->alloc.size - 1 < DEVRT_MAX_ALLOC_SIZE && sub->alloc.out,
+                   "devrt_queue_submit",
+                   "allocation of %zu bytes (1..DEVRT_MAX_ALLOC_SIZE) into %p (tag %s)",
+                   sub->alloc.size, (void*)sub->alloc.out,
+                   sub->alloc.tag ? sub->alloc.tag : "untagged");
       return DEVRT_OK;
     case DEVRT_WORK_FREE:
       return dv_block_check(rt, sub->block, "devrt_queue_submit");

@@ -1,9 +1,9 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
 reason quotes a library name), stats, an error, and each bench with few rounds (bench scale also
-with its sizes capped); and devrt info says what the host backend emulates, and why a layout
-fails. devrt stats with DEVRT_LOG leaves every record it counted in the file at exit, and its
-failures name their cause (as text and as JSON).
+with its sizes capped); numeric options refused unless decimal digits; and devrt info says what
+the host backend emulates, and why a layout fails. devrt stats with DEVRT_LOG leaves every record
+it counted in the file at exit, and its failures name their cause (as text and as JSON).
 
     python3 test_cli_json.py PATH/TO/devrt
 """
@@ -83,6 +83,20 @@ class CliJson(unittest.TestCase):
         doc = self.parse(["info", "--ordinal", "7"], want_rc=1)
         self.assertIn("error", doc)
         self.assertTrue(doc["message"])
+
+    def test_bad_numbers(self):
+        # options take decimal digits only (no sign, blank, prefix, suffix or leading zero), in
+        # range; anything else is refused (exit 2) naming the option and the value
+        for args in (["info", "--ordinal", "x"], ["info", "--ordinal", "-1"],
+                     ["info", "--ordinal", "64"], ["stats", "--ordinal", " 0"],
+                     ["bench", "alloc", "--rounds", "3x"], ["bench", "alloc", "--rounds", "0"],
+                     ["bench", "alloc", "--rounds", "+3"], ["bench", "alloc", "--rounds", "03"],
+                     ["bench", "scale", "--max", "0x100"],
+                     ["bench", "alloc", "--rounds", "99999999999999999999"]):
+            with self.subTest(args=args):
+                rc, out, err = run(args)
+                self.assertEqual(rc, 2, err)
+                self.assertIn(f'{args[-2]} "{args[-1]}" is not a decimal number', err)
 
     def test_stats(self):
         doc = self.parse(["stats"])

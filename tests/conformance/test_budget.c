@@ -1,6 +1,8 @@
 /* test_budget.c: the budget: exact limit, rollback on upstream failure, live/pending/available
  * through alloc/free/reap, release only once the free completed, the pressure ladder (reap, trim,
- * wait), fallback callbacks, nested sub-budgets, and the runtime's default stack. */
+ * wait), fallback callbacks, nested sub-budgets, the runtime's default stack, and sizes above
+ * DEVRT_MAX_ALLOC_SIZE refused before anything counts them. */
+#include "devrt/torch.h"
 #include "test.h"
 
 #define MiB (1ull << 20)
@@ -47,6 +49,74 @@ static bool spill_one(void* user, size_t size, const char* tag, devrt_status why
   devrt_resource_reap(sp->r, DEVRT_REAP_WAIT, NULL); /* spilled: the bytes are really back */
   sp->held = NULL;
   return true;
+}
+
+static bool same(devrt_resource* r, const devrt_resource_figures* was) {
+  devrt_resource_figures f = fig(r);
+  return !memcmp(&f, was, sizeof f);
+}
+
+/* Sizes above DEVRT_MAX_ALLOC_SIZE, those within a granule of SIZE_MAX too (their rounding once
+ * wrapped to a charge of 0, and they reached the pool), are INVALID_ARGUMENT naming the size and
+ * the bound, before any layer counts them: through the runtime's stack, a DEVICE budget over
+ * caching and async and a THROUGH budget built by hand, devrt_block_alloc, a queued allocation
+ * and devrt_torch_alloc. No figure moves. A free of such a size is refused too. The bound itself
+ * is a size: the budgets refuse it. */
+static void huge_sizes(devrt_runtime* rt, devrt_stream s) {
+  const size_t huge[] = {SIZE_MAX,       SIZE_MAX - 1,    SIZE_MAX - 255,
+                         SIZE_MAX - 256, SIZE_MAX - 4095, (size_t)DEVRT_MAX_ALLOC_SIZE + 1};
+  devrt_resource *top, *leaf, *cache, *leaf2, *ptop;
+  REQUIRE_OK(devrt_runtime_resource(rt, &top));
+  REQUIRE_OK(devrt_async_resource_create(rt, &leaf));
+  REQUIRE_OK(devrt_caching_resource_create(leaf, NULL, &cache));
+  REQUIRE_OK(devrt_async_resource_create(rt, &leaf2));
+  devrt_resource* r[] = {top, budget_over(cache, 64 * MiB, DEVRT_BUDGET_DEVICE, true, NULL, NULL),
+                         budget_over(leaf2, 64 * MiB, DEVRT_BUDGET_THROUGH, true, NULL, NULL)};
+  devrt_runtime* proc; /* devrt_torch_alloc's: the process-wide runtime of device 0 */
+  REQUIRE_OK(devrt_runtime_get(0, &proc));
+  REQUIRE_OK(devrt_runtime_resource(proc, &ptop));
+  devrt_resource_figures was[3] = {fig(r[0]), fig(r[1]), fig(r[2])}, pwas = fig(ptop);
+  for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+    char named[64];
+    snprintf(named, sizeof named, "size %zu not in [1, DEVRT_MAX_ALLOC_SIZE", huge[i]);
+    void* p = NULL;
+    for (int k = 0; k < 3; k++) {
+      CHECK_STATUS(devrt_resource_allocate(r[k], huge[i], s, "huge", &p),
+                   DEVRT_ERR_INVALID_ARGUMENT);
+      CHECK(!p && strstr(devrt_last_error(), named));
+    }
+    devrt_block b = 0;
+    CHECK_STATUS(devrt_block_alloc(rt, huge[i], s, "huge", &b), DEVRT_ERR_INVALID_ARGUMENT);
+    CHECK(!b && strstr(devrt_last_error(), named));
+    devrt_submission sub = {.stream = s,
+                            .kind = DEVRT_WORK_ALLOC,
+                            .alloc = {.size = huge[i], .tag = "huge", .out = &b}};
+    CHECK_STATUS(devrt_queue_submit(rt, &sub), DEVRT_ERR_INVALID_ARGUMENT);
+    CHECK(!b && strstr(devrt_last_error(), "DEVRT_MAX_ALLOC_SIZE"));
+    CHECK(devrt_torch_alloc(huge[i], 0, NULL) == NULL);
+    CHECK(strstr(devrt_last_error(), "devrt_torch_alloc") && strstr(devrt_last_error(), named));
+  }
+  for (int k = 0; k < 3; k++) CHECK(same(r[k], &was[k]));
+  CHECK(same(ptop, &pwas));
+  for (int k = 0; k < 3; k++) { /* a free of such a size is refused too; the block stays live */
+    void* p = NULL;
+    REQUIRE_OK(devrt_resource_allocate(r[k], 4096, s, "small", &p));
+    CHECK_STATUS(devrt_resource_deallocate(r[k], p, SIZE_MAX, s), DEVRT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(devrt_last_error(), "size 18446744073709551615 not in [1, DEVRT_MAX_ALLOC_SIZE"));
+    CHECK_OK(devrt_resource_deallocate(r[k], p, 4096, s));
+  }
+  for (int k = 0; k < 3; k++) {
+    void* p = NULL;
+    CHECK_STATUS(devrt_resource_allocate(r[k], DEVRT_MAX_ALLOC_SIZE, s, "bound", &p),
+                 DEVRT_ERR_OVER_BUDGET);
+    CHECK_OK(devrt_resource_reap(r[k], DEVRT_REAP_WAIT, NULL)); /* what the ladder's trim freed */
+  }
+  CHECK(fig(r[1]).live_bytes == 0 && fig(r[2]).live_bytes == 0);
+  devrt_resource_release(r[1]);
+  devrt_resource_release(r[2]);
+  devrt_resource_release(cache);
+  devrt_resource_release(leaf);
+  devrt_resource_release(leaf2);
 }
 
 int main(void) {
@@ -242,6 +312,7 @@ int main(void) {
     CHECK_OK(devrt_runtime_destroy(rt3));
   }
 
+  huge_sizes(rt, s);
   CHECK_OK(devrt_stream_release(rt, s));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();

@@ -27,7 +27,8 @@ static bool names(const char* op) {
 }
 
 /* In a child (DEVRT_FAULT is read once per process): runtime creation with DEVRT_FAULT=value
- * gives `want`, and with event_record:1 the first record fails. */
+ * gives `want` (a refusal naming the variable and the value), and with event_record:1 the first
+ * record fails. */
 static void env_case(const char* value, devrt_status want) {
   fflush(NULL);
   pid_t pid = fork();
@@ -38,7 +39,9 @@ static void env_case(const char* value, devrt_status want) {
     if (devrt_config_init(&cfg)) _exit(2);
     cfg.backend = DEVRT_BACKEND_HOST;
     devrt_status st = devrt_runtime_create(&cfg, &rt);
-    if (st != want || (st != DEVRT_OK && !strstr(devrt_last_error(), "DEVRT_FAULT"))) _exit(3);
+    char named[128];
+    snprintf(named, sizeof named, "DEVRT_FAULT=\"%s\"", value);
+    if (st != want || (st != DEVRT_OK && !strstr(devrt_last_error(), named))) _exit(3);
     if (st != DEVRT_OK) _exit(0);
     devrt_stream s = 0;
     devrt_block b = 0;
@@ -66,6 +69,16 @@ static void test_wrapper(void) {
   env_case("launch:1:OK", DEVRT_ERR_INVALID_ARGUMENT);
   env_case("no_such_op:1", DEVRT_ERR_INVALID_ARGUMENT);
   env_case("launch:1x", DEVRT_ERR_INVALID_ARGUMENT);
+  /* N is decimal digits: no sign, blank, prefix or leading zero, nothing past 2^64 - 1. */
+  const char* bad_n[] = {"launch:-1",  "launch:99999999999999999999",
+                         "launch:010", "launch:+1",
+                         "launch: 1",  "launch:1 ",
+                         "launch:0x1", "launch:",
+                         "launch:1:",  "",
+                         " launch:1",  "launch"};
+  for (size_t i = 0; i < sizeof bad_n / sizeof *bad_n; i++)
+    env_case(bad_n[i], DEVRT_ERR_INVALID_ARGUMENT);
+  env_case("launch:18446744073709551615", DEVRT_OK); /* the largest N: armed, never reached */
 
   /* Disarmed costs nothing: a runtime created before injection is enabled calls the backend's
    * own table; one created after goes through the wrapper (same name, same entries set). */

@@ -144,6 +144,9 @@ static size_t rand_size(rng* r) {
   }
 }
 
+/* Whether an allocation of n bytes passes the size check (1..DEVRT_MAX_ALLOC_SIZE). */
+static int fits(size_t n) { return n && n <= DEVRT_MAX_ALLOC_SIZE; }
+
 /* ---- shared run state ---- */
 #define NSEMS 6
 #define NSHARED 4
@@ -336,7 +339,7 @@ static void op_block_alloc(worker* w) {
   int valid_stream = stream_valid(w, s);
   devrt_block b = 0;
   unsigned allowed =
-      valid_stream && n ? (OK_ | OVB | DAF) : (INV | OVB | DAF | (g_share_used ? OK_ : 0));
+      valid_stream && fits(n) ? (OK_ | OVB | DAF) : (INV | OVB | DAF | (g_share_used ? OK_ : 0));
   devrt_status st =
       CHK(devrt_block_alloc(g_rt, n, s, chance(&w->r, 50) ? "fz" : NULL, &b), allowed);
   if (st != DEVRT_OK) return;
@@ -662,7 +665,7 @@ static void op_res_alloc(worker* w) {
   if (!r) return;
   size_t n = rand_size(&w->r);
   devrt_stream s = pick_stream(w);
-  int ok = stream_valid(w, s) && n;
+  int ok = stream_valid(w, s) && fits(n);
   void* p = NULL;
   devrt_status st = CHK(devrt_resource_allocate(r, n, s, "fzr", &p),
                         ok ? (OK_ | OVB | DAF) : (INV | OVB | DAF | (g_share_used ? OK_ : 0)));
@@ -762,8 +765,8 @@ static void op_own_stack(worker* w) {
     if (!w->nstreams) return;
     devrt_stream s = w->streams[rn(&w->r, w->nstreams)];
     void* p;
-    if (CHK(devrt_resource_allocate(w->own_stack, n, s, NULL, &p), n ? (OK_ | OVB | DAF) : INV) ==
-        DEVRT_OK) {
+    if (CHK(devrt_resource_allocate(w->own_stack, n, s, NULL, &p),
+            fits(n) ? (OK_ | OVB | DAF) : INV) == DEVRT_OK) {
       span_add(p, n, __LINE__);
       w->oallocs[w->noallocs++] = (ralloc){w->own_stack, p, n, s};
     }

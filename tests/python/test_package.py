@@ -117,7 +117,9 @@ class Package(unittest.TestCase):
     def test_configure_bad_budget(self):
         for bad, named in (("lots", "'lots'"), (0, "0"), (-5, "-5"), ("-3%", "-3%"),
                            ("150%", "150"), ("0%", "budget_percent 0"), (True, "True"), ("4294967397%", "4294967397"),
-                           (1 << 64, str(1 << 64))):
+                           (1 << 64, str(1 << 64)), (" 50%", "' 50%'"), ("50 %", "'50 %'"),
+                           ("050%", "'050%'"), ("+5", "'+5'"), ("0x10", "'0x10'"),
+                           ("\u0665", "'\u0665'"), ("5\n", "'5\\n'")):
             with self.subTest(budget=bad):
                 with self.assertRaises(devrt.DevrtError) as cm:
                     devrt.configure(budget=bad)

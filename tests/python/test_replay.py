@@ -1,6 +1,8 @@
 """test_replay.py: `devrt replay` on the host backend: the kept PyTorch log (bench/replay/) on
 every stack, with counts that match the log's rows; an RMM-style log (its own time format,
-decimal streams, rows devrt does not write); and malformed logs refused with a message.
+decimal streams, rows devrt does not write); a log of 5,007 streams, each replayed on one devrt
+stream throughout (read back from the replay's own allocation log); and malformed logs (negative
+or otherwise malformed sizes among them) refused with a message naming the row.
 
     python3 tests/python/test_replay.py build/devrt
 """
@@ -18,8 +20,8 @@ LOG = os.path.normpath(os.path.join(HERE, "..", "..", "bench", "replay",
 DEVRT = None
 
 
-def replay(path, *args):
-    e = dict(os.environ, DEVRT_BACKEND="host")
+def replay(path, *args, **env):
+    e = dict(os.environ, DEVRT_BACKEND="host", **env)
     p = subprocess.run([DEVRT, "replay", path, *args], capture_output=True, text=True, env=e,
                        timeout=600)
     return p.returncode, p.stdout, p.stderr
@@ -80,6 +82,38 @@ class Replay(unittest.TestCase):
                                         "other_rows": 0})
         self.assertEqual(d["peak_live_bytes"], 4096 + 2048)
 
+    def test_many_streams(self):
+        # 5,007 log streams, decimal and hex, each with two allocations and their frees in rows
+        # far apart: counted once each, and every row of one log stream replays on the same
+        # devrt stream (the full stack's DEVRT_LOG says which, pass after pass of the log).
+        n = 5007
+        rows = []
+        for rnd in range(2):
+            rows += [("allocate", (rnd * n + i + 1) << 12, 256 + i, i) for i in range(n)]
+            rows += [("free", (rnd * n + i + 1) << 12, 256 + i, i) for i in range(n)]
+        text = "Thread,Time,Action,Pointer,Size,Stream\n" + "".join(
+            f"1,0,{a},{p:#x},{size},{st if st % 2 else hex(st)}\n" for a, p, size, st in rows)
+        with tempfile.TemporaryDirectory() as d:
+            path, out = os.path.join(d, "in.csv"), os.path.join(d, "out.csv")
+            with open(path, "w") as f:
+                f.write(text)
+            rc, so, err = replay(path, "--json", "--stack", "full", "--rounds", "1",
+                                 DEVRT_LOG=out, DEVRT_LOG_FORMAT="csv", DEVRT_STREAMS="64")
+            self.assertEqual(rc, 0, err)
+            with open(out, newline="") as f:
+                got = [r["Stream"] for r in csv.DictReader(f)
+                       if r["Action"] in ("allocate", "free")]
+        doc = json.loads(so)
+        self.assertEqual((doc["streams"], doc["operations"]), (n, 4 * n))
+        # The sampling and warm-up passes, and what of the timed pass left the log's buffer.
+        self.assertGreaterEqual(len(got), 2 * len(rows))
+        used = {}
+        for i, devrt_stream in enumerate(got):
+            used.setdefault(rows[i % len(rows)][3], set()).add(devrt_stream)
+        self.assertEqual(len(used), n)
+        self.assertEqual([st for st, v in used.items() if len(v) != 1], [])
+        self.assertLessEqual(len(set(got)), 64)
+
     def test_malformed(self):
         cases = {
             "Thread,Time,Action,Pointer,Size\n1,0,allocate,0x10,5\n": "no Stream column",
@@ -90,6 +124,17 @@ class Replay(unittest.TestCase):
             "Thread,Time,Action,Pointer,Size,Stream\n1,0,free,0x100,5,0\n": "no allocation",
             "": "is empty",
         }
+        # Numbers are digits only: a negative, signed, blank-padded, hex or zero-padded size (and
+        # a pointer or stream that is not a number) names its field and row.
+        head = "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x100,5,0\n"
+        for size in ("-5", "-1", "+5", " 5", "5 ", "0x5", "05", "18446744073709551616", ""):
+            cases[head + f"1,0,allocate,0x200,{size},0\n"] = f':3: Size "{size}" does not parse'
+        for ptr in ("-0x200", "0x-200", " 0x200", "0x0x200"):
+            cases[head + f"1,0,allocate,{ptr},5,0\n"] = f':3: Pointer "{ptr}" does not parse'
+        for st in ("-1", "+1", "01", "0x", " 1"):
+            cases[head + f"1,0,free,0x100,5,{st}\n"] = f':3: Stream "{st}" does not parse'
+        cases[head + "1,0,allocate,0x200,4611686018427387905,0\n"] = (
+            ":3: an allocation of 4611686018427387905 bytes")  # past DEVRT_MAX_ALLOC_SIZE
         for text, why in cases.items():
             with self.subTest(why=why), tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
                 f.write(text)
@@ -103,6 +148,11 @@ class Replay(unittest.TestCase):
         rc, out, err = replay(LOG, "--stack", "bogus")
         self.assertEqual(rc, 2)
         self.assertIn("unknown stack", err)
+        for opt, v in (("--rounds", "2x"), ("--rounds", " 2"), ("--ordinal", "-1"),
+                       ("--ordinal", "zero")):
+            rc, out, err = replay(LOG, opt, v)
+            self.assertEqual(rc, 2)
+            self.assertIn(f'{opt} "{v}" is not a decimal number', err)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 /* test_bad_input.c: every public call refuses bad input (NULL, zero size, unknown flags, foreign
  * or dead handles, out-of-range values) with INVALID_ARGUMENT and a message naming the call. */
+#include "core/parse.h"
 #include "devrt/torch.h"
 #include "test.h"
 
@@ -28,6 +29,27 @@ int main(void) {
   devrt_split_result sr;
   devrt_pool_stats ps;
 
+  /* The one number reader (settings, the CLI's options, replayed logs): its edges. */
+  const struct {
+    const char* s;
+    unsigned base;
+    bool ok;
+    uint64_t v;
+  } num[] = {{"0", 10, true, 0},
+             {"18446744073709551615", 10, true, UINT64_MAX},
+             {"18446744073709551616", 10, false, 0},
+             {"00", 10, false, 0},
+             {"9a", 10, false, 0},
+             {"00fF", 16, true, 255},
+             {"ffffffffffffffff", 16, true, UINT64_MAX},
+             {"10000000000000000", 16, false, 0},
+             {"g", 16, false, 0},
+             {"", 16, false, 0}};
+  for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+    uint64_t v = 7;
+    CHECK(dv_parse_u64(num[i].s, strlen(num[i].s), num[i].base, &v) == num[i].ok);
+    CHECK(v == (num[i].ok ? num[i].v : 7));
+  }
   BAD(devrt_config_init(NULL), "devrt_config_init");
   setenv("DEVRT_STREAMS", "lots", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_STREAMS");
@@ -57,6 +79,53 @@ int main(void) {
   setenv("DEVRT_BACKEND", "gpu", 1);
   BAD(devrt_config_init(&cfg), "DEVRT_BACKEND");
   unsetenv("DEVRT_BACKEND");
+  /* Numeric settings are decimal digits only: no sign, blank, prefix, suffix or leading zero
+   * ("010" was octal 8), not empty, not past 2^64 - 1; the message names variable and value. */
+  const char* numeric[] = {"DEVRT_STREAMS",         "DEVRT_POOL_RELEASE", "DEVRT_PARTITION_STREAMS",
+                           "DEVRT_HOST_WORKERS",    "DEVRT_HOST_DEVICES", "DEVRT_BUDGET",
+                           "DEVRT_CACHE_MAX_CLASS", "DEVRT_WAIT_SPIN_NS", "DEVRT_STREAM_PRIORITY"};
+  const char* malformed[] = {"010", "+8", " 8", "0x8", "8 ",  "",    " -1",
+                             "-1",  "08", "8x", "--8", "-08", "- 8", "99999999999999999999"};
+  char named[96];
+  for (size_t v = 0; v < sizeof numeric / sizeof *numeric; v++) {
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++) {
+      bool signed_ok = v == 8 && !strcmp(malformed[i], "-1"); /* a priority may be negative */
+      setenv(numeric[v], malformed[i], 1);
+      snprintf(named, sizeof named, "%s=\"%s\"", numeric[v], malformed[i]);
+      if (signed_ok)
+        CHECK_OK(devrt_config_init(&cfg));
+      else
+        BAD(devrt_config_init(&cfg), named);
+    }
+    setenv(numeric[v], "8", 1);
+    CHECK_OK(devrt_config_init(&cfg));
+    CHECK(!devrt_last_error()[0]); /* the refusals' messages do not outlive them */
+  }
+  CHECK(cfg.stream_pool_size == 8 && cfg.pool_release_threshold == 8 &&
+        cfg.partition_streams == 8 && cfg.host_workers == 8 && cfg.host_devices == 8 &&
+        cfg.budget_bytes == 8 && cfg.cache_max_class == 8 && cfg.wait_spin_ns == 8 &&
+        cfg.stream_priority == 8);
+  for (size_t v = 0; v < sizeof numeric / sizeof *numeric; v++) unsetenv(numeric[v]);
+  const char* pct[] = {"8 %", "08%", "+8%", "%", "-8%", "8%%", " 8%", "0%"};
+  for (size_t i = 0; i < sizeof pct / sizeof *pct; i++) {
+    setenv("DEVRT_BUDGET", pct[i], 1);
+    snprintf(named, sizeof named, "DEVRT_BUDGET=\"%s\"", pct[i]);
+    BAD(devrt_config_init(&cfg), named);
+  }
+  setenv("DEVRT_BUDGET", "8%", 1);
+  setenv("DEVRT_STREAM_PRIORITY", "-8", 1);
+  CHECK_OK(devrt_config_init(&cfg));
+  CHECK(cfg.budget_percent == 8 && cfg.budget_bytes == 0 && cfg.stream_priority == -8);
+  unsetenv("DEVRT_BUDGET");
+  unsetenv("DEVRT_STREAM_PRIORITY");
+  /* Set to nothing, a word setting is neither of its words. */
+  const char* words[] = {"DEVRT_BACKEND", "DEVRT_CACHE", "DEVRT_LOG_FORMAT"};
+  for (size_t v = 0; v < sizeof words / sizeof *words; v++) {
+    setenv(words[v], "", 1);
+    snprintf(named, sizeof named, "%s=\"\"", words[v]);
+    BAD(devrt_config_init(&cfg), named);
+    unsetenv(words[v]);
+  }
   setenv("DEVRT_CACHE_MAX_CLASS", "67108865", 1); /* past the largest class, 64 MiB */
   BAD(devrt_config_init(&cfg), "DEVRT_CACHE_MAX_CLASS");
   setenv("DEVRT_CACHE_MAX_CLASS", "1M", 1);

@@ -1,6 +1,7 @@
 /* cli.h: the devrt CLI's commands and their shared options. */
 #ifndef DEVRT_CLI_H
 #define DEVRT_CLI_H
+#include <stdbool.h>
 #include <stdlib.h>
 typedef struct cli_opts {
   int ordinal;
@@ -22,4 +23,7 @@ int bench_multi(const cli_opts* o);
 int cli_demo(int argc, char** argv);
 int bench_demo(int argc, char** argv);
 int cli_replay(int argc, char** argv); /* argv[0] is "replay"; parses its own options */
+/* A command-line number (decimal digits only: src/core/parse.h) in [lo, hi] (lo >= 0) into *out;
+ * false, after printing "WHAT \"v\" is not ...", for anything else. */
+bool cli_number(const char* what, const char* v, int lo, int hi, int* out);
 #endif

@@ -1,8 +1,21 @@
 /* main.c: the devrt command line: `devrt info`, `devrt stats`, `devrt bench <suite>`, `devrt replay
  * LOG`; each takes --json. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "core/parse.h"
+#include "devrt/devrt.h"
+
+bool cli_number(const char* what, const char* v, int lo, int hi, int* out) {
+  uint64_t x;
+  if (dv_parse_u64(v, strlen(v), 10, &x) && x >= (uint64_t)lo && x <= (uint64_t)hi) {
+    *out = (int)x;
+    return true;
+  }
+  fprintf(stderr, "%s \"%s\" is not a decimal number in [%d, %d]\n", what, v, lo, hi);
+  return false;
+}
 
 static int usage(FILE* f) {
   fprintf(
@@ -87,15 +100,16 @@ int main(int argc, char** argv) {
   int first = !strcmp(argv[1], "bench") ? 3 : 2;
   if (first > argc) return usage(stderr);
   for (int i = first; i < argc; i++) {
-    if (!strcmp(argv[i], "--json"))
+    if (!strcmp(argv[i], "--json")) {
       o.json = 1;
-    else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc)
-      o.ordinal = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-      o.rounds = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--max") && i + 1 < argc)
-      o.max = atoi(argv[++i]);
-    else {
+    } else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc) {
+      if (!cli_number("devrt: --ordinal", argv[++i], 0, DEVRT_MAX_ORDINALS - 1, &o.ordinal))
+        return usage(stderr);
+    } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      if (!cli_number("devrt: --rounds", argv[++i], 1, INT_MAX, &o.rounds)) return usage(stderr);
+    } else if (!strcmp(argv[i], "--max") && i + 1 < argc) {
+      if (!cli_number("devrt: --max", argv[++i], 1, INT_MAX, &o.max)) return usage(stderr);
+    } else {
       fprintf(stderr, "devrt: unknown option '%s'\n", argv[i]);
       return usage(stderr);
     }

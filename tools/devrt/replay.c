@@ -11,15 +11,18 @@
 #include <string.h>
 #include "bench.h"
 #include "cli.h"
+#include "core/parse.h"
 #include "devrt/devrt.h"
 #include "json.h"
 
-enum { MAX_STREAMS = 64 }; /* distinct log streams beyond this share devrt streams round-robin */
+/* The devrt streams a replay uses: log stream i (by first appearance) replays on stream
+ * i % MAX_STREAMS, the same one on every row. */
+enum { MAX_STREAMS = 64 };
 
 typedef struct rop {
   uint64_t size;
   uint32_t slot;   /* the allocation's index: where its replayed pointer is kept */
-  uint16_t stream; /* index into the log's distinct streams */
+  uint16_t stream; /* the devrt stream's index (its log stream's, modulo MAX_STREAMS) */
   bool free;
 } rop;
 
@@ -31,15 +34,15 @@ typedef struct rlog {
   size_t failures, others;      /* "allocate failure" and other rows, e.g. "reap" (skipped) */
   size_t unfreed;               /* allocations the log never frees (freed after each round) */
   uint64_t peak_live, sizes[2]; /* requested bytes live at once; smallest and largest request */
-  uint64_t stream_key[MAX_STREAMS];
-  unsigned nstreams; /* distinct log streams (more than MAX_STREAMS count but share) */
+  uint32_t nstreams;            /* distinct log streams */
 } rlog;
 
-/* ---- the log's live pointers during parsing: linear probing on the log's address ---- */
+/* ---- during parsing, the log's live pointers (key: the address) and its streams (key: the
+ * stream, slot: its index): linear probing ---- */
 typedef struct pmap {
-  uint64_t* key; /* 0: empty */
+  uint64_t* key;
   uint64_t* size;
-  uint32_t* slot;
+  uint32_t* slot; /* the value + 1; 0: the entry is empty */
   size_t cap, n;
 } pmap;
 
@@ -57,9 +60,9 @@ static bool pm_grow(pmap* m) {
   pmap g = {calloc(m->cap * 2, 8), calloc(m->cap * 2, 8), calloc(m->cap * 2, 4), m->cap * 2, 0};
   if (!g.key || !g.size || !g.slot) return pm_free(&g), false;
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->key[i]) continue;
+    if (!m->slot[i]) continue;
     size_t h = pm_hash(&g, m->key[i]);
-    while (g.key[h]) h = (h + 1) & (g.cap - 1);
+    while (g.slot[h]) h = (h + 1) & (g.cap - 1);
     g.key[h] = m->key[i];
     g.size[h] = m->size[i];
     g.slot[h] = m->slot[i];
@@ -73,24 +76,24 @@ static bool pm_grow(pmap* m) {
 /* Where k is, or the empty entry where it would go. */
 static size_t pm_find(const pmap* m, uint64_t k) {
   size_t h = pm_hash(m, k);
-  while (m->key[h] && m->key[h] != k) h = (h + 1) & (m->cap - 1);
+  while (m->slot[h] && m->key[h] != k) h = (h + 1) & (m->cap - 1);
   return h;
 }
 
 /* Removes the entry at h, moving later entries of its run back (no tombstones). */
 static void pm_erase(pmap* m, size_t h) {
   size_t j = h;
-  m->key[h] = 0;
+  m->slot[h] = 0;
   m->n--;
   for (;;) {
     j = (j + 1) & (m->cap - 1);
-    if (!m->key[j]) return;
+    if (!m->slot[j]) return;
     size_t home = pm_hash(m, m->key[j]);
     if (((j - home) & (m->cap - 1)) >= ((j - h) & (m->cap - 1))) {
       m->key[h] = m->key[j];
       m->size[h] = m->size[j];
       m->slot[h] = m->slot[j];
-      m->key[j] = 0;
+      m->slot[j] = 0;
       h = j;
     }
   }
@@ -120,14 +123,11 @@ static int csv_fields(char* line, char** f, int max) {
   }
 }
 
-static bool parse_u64(const char* s, int base, uint64_t* out) {
-  char* end;
-  errno = 0;
-  if (base == 16 && (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))) s += 2;
-  unsigned long long v = strtoull(s, &end, base);
-  if (errno || end == s || *end) return false;
-  *out = v;
-  return true;
+/* A row's pointer (base 16: hex, 0x optional), size (10: decimal) or stream (0: decimal, or hex
+ * after 0x). */
+static bool parse_field(const char* s, unsigned base, uint64_t* out) {
+  bool hex = base != 10 && s[0] == '0' && (s[1] | 0x20) == 'x';
+  return dv_parse_u64(s + 2 * hex, strlen(s + 2 * hex), hex || base == 16 ? 16 : 10, out);
 }
 
 static int push(rlog* L, rop op) {
@@ -142,12 +142,14 @@ static int push(rlog* L, rop op) {
   return 0;
 }
 
-static unsigned stream_index(rlog* L, uint64_t key) {
-  unsigned n = L->nstreams < MAX_STREAMS ? L->nstreams : MAX_STREAMS;
-  for (unsigned i = 0; i < n; i++)
-    if (L->stream_key[i] == key) return i;
-  if (L->nstreams < MAX_STREAMS) L->stream_key[L->nstreams] = key;
-  return L->nstreams++ % MAX_STREAMS;
+/* The index of log stream `key` by first appearance, a new one counted in L; false when the
+ * map cannot grow (or, as for allocations' slots, past 2^32 - 1 entries). */
+static bool stream_index(pmap* sm, rlog* L, uint64_t key, uint32_t* out) {
+  size_t h = pm_find(sm, key);
+  if (!sm->slot[h] && L->nstreams == UINT32_MAX) return false;
+  if (!sm->slot[h]) sm->key[h] = key, sm->slot[h] = ++L->nstreams, sm->n++;
+  *out = sm->slot[h] - 1;
+  return sm->n * 2 <= sm->cap || pm_grow(sm);
 }
 
 /* Reads `path` into L; prints why and returns -1 on a malformed log. */
@@ -165,7 +167,8 @@ static int parse_log(const char* path, rlog* L) {
   uint64_t live = 0;
   uint32_t slots = 0;
   pmap m = {calloc(1024, 8), calloc(1024, 8), calloc(1024, 4), 1024, 0};
-  if (!m.key || !m.size || !m.slot) goto oom;
+  pmap sm = {calloc(64, 8), calloc(64, 8), calloc(64, 4), 64, 0};
+  if (!m.key || !m.size || !m.slot || !sm.key || !sm.size || !sm.slot) goto oom;
   while (getline(&line, &linecap, f) > 0) {
     char* fld[32];
     lineno++;
@@ -202,22 +205,28 @@ static int parse_log(const char* path, rlog* L) {
         L->others++;
       continue;
     }
-    uint64_t ptr, size, stream;
-    if (!parse_u64(fld[col[POINTER]], 16, &ptr) || !parse_u64(fld[col[SIZE]], 10, &size) ||
-        !parse_u64(fld[col[STREAM]], strncmp(fld[col[STREAM]], "0x", 2) ? 10 : 16, &stream)) {
-      fprintf(stderr, "devrt replay: %s:%zu: a pointer, size or stream does not parse\n", path,
-              lineno);
-      goto out;
-    }
-    if (alloc && (!ptr || !size)) {
+    static const unsigned base[NCOLS] = {0, 16, 10, 0};
+    static const char* want[NCOLS] = {"", "hex digits, 0x optional", "decimal digits",
+                                      "decimal digits, or hex after 0x"};
+    uint64_t v[NCOLS] = {0};
+    for (int c = POINTER; c < NCOLS; c++)
+      if (!parse_field(fld[col[c]], base[c], &v[c])) {
+        fprintf(stderr, "devrt replay: %s:%zu: %s \"%s\" does not parse (want %s)\n", path, lineno,
+                names[c], fld[col[c]], want[c]);
+        goto out;
+      }
+    uint64_t ptr = v[POINTER], size = v[SIZE];
+    uint32_t si = 0;
+    if (!stream_index(&sm, L, v[STREAM], &si)) goto oom;
+    if (alloc && (!ptr || !size || size > DEVRT_MAX_ALLOC_SIZE)) {
       fprintf(stderr, "devrt replay: %s:%zu: an allocation of %" PRIu64 " bytes at %#" PRIx64 "\n",
               path, lineno, size, ptr);
       goto out;
     }
-    rop op = {.size = size, .stream = (uint16_t)stream_index(L, stream), .free = freeing};
+    rop op = {.size = size, .stream = (uint16_t)(si % MAX_STREAMS), .free = freeing};
     size_t h = pm_find(&m, ptr);
     if (alloc) {
-      if (m.key[h]) {
+      if (m.slot[h]) {
         fprintf(stderr, "devrt replay: %s:%zu: %#" PRIx64 " allocated again before its free\n",
                 path, lineno, ptr);
         goto out;
@@ -225,7 +234,7 @@ static int parse_log(const char* path, rlog* L) {
       if (slots == UINT32_MAX) goto oom;
       m.key[h] = ptr;
       m.size[h] = size;
-      m.slot[h] = op.slot = slots++;
+      m.slot[h] = (op.slot = slots++) + 1;
       m.n++;
       live += size;
       if (live > L->peak_live) L->peak_live = live;
@@ -234,11 +243,11 @@ static int parse_log(const char* path, rlog* L) {
       L->allocs++;
       if (m.n * 2 > m.cap && !pm_grow(&m)) goto oom;
     } else {
-      if (!m.key[h]) {
+      if (!m.slot[h]) {
         L->unknown_frees++;
         continue;
       }
-      op.slot = m.slot[h];
+      op.slot = m.slot[h] - 1;
       op.size = m.size[h]; /* the allocation's size, whatever the free's row says */
       live -= op.size;
       pm_erase(&m, h);
@@ -258,6 +267,7 @@ oom:
 out:
   free(line);
   pm_free(&m);
+  pm_free(&sm);
   fclose(f);
   return rc;
 }
@@ -427,13 +437,10 @@ int cli_replay(int argc, char** argv) {
       }
       i++;
     } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      rounds = atoi(argv[++i]);
-      if (rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "devrt replay: --rounds %s is not 1..1000\n", argv[i]);
-        return usage();
-      }
+      if (!cli_number("devrt replay: --rounds", argv[++i], 1, 1000, &rounds)) return usage();
     } else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc) {
-      ordinal = atoi(argv[++i]);
+      if (!cli_number("devrt replay: --ordinal", argv[++i], 0, DEVRT_MAX_ORDINALS - 1, &ordinal))
+        return usage();
     } else if (argv[i][0] == '-' || path) {
       fprintf(stderr, "devrt replay: unexpected argument '%s'\n", argv[i]);
       return usage();
