@@ -5,7 +5,6 @@
 #ifndef DEVRT_RESOURCE_H
 #define DEVRT_RESOURCE_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
