@@ -36,9 +36,9 @@ void* devrt_torch_alloc(size_t size, int device, void* stream);
  * DEVRT_STREAM_PER_THREAD, or a failed event or wait) it waits for that stream's work on the
  * host first; a free's own stream devrt cannot import is waited for on the host and the free
  * goes on the runtime's own stream; a free that fails anyway (a transient backend failure) is
- * tried once more from the start. Only if that fails too does the call fail: devrt_last_error() is set, the allocation stays live and
- * its recorded streams stay recorded. devrt_torch_stats counts each of these. ptr NULL does
- * nothing. Thread-safe. */
+ * tried once more from the start. Only if that fails too does the call fail: devrt_last_error()
+ * is set, the allocation stays live and its recorded streams stay recorded. devrt_torch_stats
+ * counts each of these. ptr NULL does nothing. Thread-safe. */
 void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
 
 /* PyTorch's record-stream hook (Tensor.record_stream; devrt.torch.use sets it): `stream` (of any
