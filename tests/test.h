@@ -123,4 +123,24 @@ static inline void t_sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
+/* The whole file at path as a string (empty when it cannot be read); free() it. */
+static inline char* t_slurp(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return calloc(1, 1);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* s = calloc(1, (size_t)n + 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+  fclose(f);
+  return s;
+}
+
+/* The lines (newlines) in s. */
+static inline int t_lines(const char* s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
 #endif

@@ -15,22 +15,9 @@ static uint64_t now_ms(void) {
   return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return calloc(1, 1);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = calloc(1, (size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-  fclose(f);
-  return s;
-}
-
 static int count_lines(const char* path) {
-  char* s = slurp(path);
-  int n = 0;
-  for (const char* p = s; *p; p++) n += *p == '\n';
+  char* s = t_slurp(path);
+  int n = t_lines(s);
   free(s);
   return n;
 }
@@ -150,7 +137,7 @@ static void test_write_failure(devrt_resource* leaf, devrt_stream s) {
   dup2(saved, 2);
   close(saved);
   CHECK(f.log_records == 6 && f.log_dropped == 6);
-  char* text = slurp(err);
+  char* text = t_slurp(err);
   int lines = 0;
   for (const char* p = text; *p; p++) lines += *p == '\n';
   printf("write failure: stderr said \"%s\"\n", text);

@@ -125,24 +125,6 @@ static void collect(void* user, const devrt_log_record* rec) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return calloc(1, 1);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = calloc(1, (size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-  fclose(f);
-  return s;
-}
-
-static int count_lines(const char* s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
-}
-
 static void tmp_path(char* buf, size_t n) {
   snprintf(buf, n, "/tmp/devrt_log_XXXXXX");
   int fd = mkstemp(buf);
@@ -240,12 +222,12 @@ static void test_csv(devrt_resource* up, devrt_stream s) {
   uint64_t reaped;
   CHECK_OK(devrt_resource_reap(L, 0, &reaped));
 
-  char* before = slurp(path); /* buffered: only the header so far */
+  char* before = t_slurp(path); /* buffered: only the header so far */
   CHECK(!strcmp(before, "Thread,Time,Action,Pointer,Size,Stream,Tag,Generation,Status\n"));
   free(before);
   CHECK_OK(devrt_logging_flush(L));
-  char* text = slurp(path);
-  CHECK(count_lines(text) == 7);
+  char* text = t_slurp(path);
+  CHECK(t_lines(text) == 7);
   struct {
     const char* action;
     void* ptr;
@@ -283,12 +265,12 @@ static void test_csv(devrt_resource* up, devrt_stream s) {
   void* d;
   CHECK_OK(devrt_resource_allocate(L, 256, s, "last", &d));
   CHECK_OK(devrt_resource_deallocate(L, d, 256, s));
-  text = slurp(path);
-  CHECK(count_lines(text) == 7);
+  text = t_slurp(path);
+  CHECK(t_lines(text) == 7);
   free(text);
   CHECK_OK(devrt_resource_release(L));
-  text = slurp(path);
-  CHECK(count_lines(text) == 9 && strstr(text, ",last,0,OK\n"));
+  text = t_slurp(path);
+  CHECK(t_lines(text) == 9 && strstr(text, ",last,0,OK\n"));
   free(text);
   unlink(path);
 }
@@ -304,12 +286,12 @@ static void test_jsonl(devrt_resource* up, devrt_stream s) {
   CHECK_OK(devrt_resource_deallocate(L, a, 512, s));
   CHECK_OK(devrt_resource_allocate(L, 1024, s, NULL,
                                    &a)); /* third record: stays buffered (batch of 2) */
-  char* text = slurp(path);
-  CHECK(count_lines(text) == 2);
+  char* text = t_slurp(path);
+  CHECK(t_lines(text) == 2);
   free(text);
   CHECK_OK(devrt_resource_deallocate(L, a, 1024, s));
-  text = slurp(path);
-  CHECK(count_lines(text) == 4);
+  text = t_slurp(path);
+  CHECK(t_lines(text) == 4);
   const char* want_action[4] = {"allocate", "free", "allocate", "free"};
   const uint64_t want_size[4] = {512, 512, 1024, 1024};
   const char* want_tag[4] = {"\"j\\\"son\"", "\"untagged\"", "\"untagged\"", "\"untagged\""};
@@ -388,8 +370,8 @@ static void test_logging_errors(devrt_runtime* rt, devrt_resource* up, devrt_str
   CHECK_STATUS(devrt_statistics_get(L, NULL, &(devrt_memory_stats){{0}, {0}}),
                DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_OK(devrt_resource_release(L));
-  char* text = slurp(path);
-  CHECK(count_lines(text) == 2 && text[0] == '{' && strstr(text, "\"tag\":\"env\""));
+  char* text = t_slurp(path);
+  CHECK(t_lines(text) == 2 && text[0] == '{' && strstr(text, "\"tag\":\"env\""));
   free(text);
   unlink(path);
   unsetenv("DEVRT_LOG");
@@ -614,8 +596,8 @@ static void test_threads(devrt_runtime* rt, devrt_resource* up) {
         atomic_load(&col.total) == 2 * NT * ITERS);
   CHECK(fig.count.total == NT * ITERS);
   CHECK_OK(devrt_logging_flush(L));
-  char* text = slurp(path);
-  CHECK(count_lines(text) == 1 + 2 * NT * ITERS);
+  char* text = t_slurp(path);
+  CHECK(t_lines(text) == 1 + 2 * NT * ITERS);
   free(text);
   CHECK_OK(devrt_resource_release(L));
   CHECK_OK(devrt_resource_release(S));
