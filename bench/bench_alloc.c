@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 
 typedef struct actx {
   devrt_runtime* rt;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #ifdef DEVRT_HAVE_CUDA
 #include "driver/cuda_driver.h"
 #endif

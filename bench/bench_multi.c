@@ -9,7 +9,7 @@
 #include <string.h>
 #include "bench.h"
 #include "json.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "multi/nccl.h"
 
 #define BENCH_SUITE "multi"

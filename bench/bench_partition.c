@@ -14,7 +14,7 @@
 #include <string.h>
 #include "bench.h"
 #include "json.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #ifdef DEVRT_HAVE_CUDA
 #include "driver/cuda_driver.h"
 #endif

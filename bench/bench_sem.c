@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <time.h>
 #include "bench.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 
 #define BENCH_SUITE "sem"
 #define ELEMS 32u /* the tiny kernel: devrt_fill_u32 over ELEMS u32s, grid 1 x block ELEMS */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "devrt/devrt.h"
 
 static int t_failures, t_checks;

@@ -9,7 +9,6 @@
 #include <string.h>
 #include "block.h"
 #include "../memory/account.h"
-#include "../multi/multi.h"
 
 enum {
   CHUNK_BITS = 12,
@@ -332,7 +331,6 @@ dv_wait* dv_wait_room(unsigned n) {
 static _Thread_local uint16_t wait_at[DV_SID_SLOTS];
 _Static_assert(DV_SID_SLOTS <= 65536, "wait_at holds list positions as uint16_t");
 
-_Atomic unsigned dv_peer_slots;
 _Thread_local unsigned dv_in_enqueue;
 _Thread_local unsigned dv_wait_foreign;
 

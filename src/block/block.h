@@ -5,7 +5,8 @@
 #define DEVRT_BLOCK_INTERNAL_H
 
 #include <stdlib.h>
-#include "../core/runtime.h"
+#include "../memory/memory.h"
+#include "../partition/partition.h"
 #include "../core/spin.h"
 
 devrt_status dv_blocks_init(devrt_runtime* rt);
@@ -39,7 +40,6 @@ typedef struct dv_uses {
  * streams, the runtime's own and 64 for partitions fit), else this thread's buffer, kept for its
  * next call (a wait list never lives across user code, so one a thread is enough). NULL: out of
  * host memory. */
-extern _Atomic unsigned dv_peer_slots;
 extern _Thread_local unsigned dv_wait_foreign;
 #define DV_WAIT_SHORT UINT32_MAX
 #define WAIT_BUF(rt, name)                                                        \
@@ -128,5 +128,13 @@ devrt_status dv_block_check_use(devrt_runtime* rt, devrt_block h, const char* ca
  * slot (the newest), none for the slot's own events or events known complete. Takes its own
  * reference on what it keeps; w has room for one entry per slot. */
 void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n);
+
+/* The runtime whose block h is (rt's, or a peer's), with its address and size; STALE_BLOCK (as
+ * rt's own lookup says) when neither holds it live. */
+devrt_status dv_block_find(devrt_runtime* rt, devrt_block h, const char* call,
+                           devrt_runtime** owner, void** ptr, size_t* size);
+/* When a peer link ends (src/multi, both runtimes synchronized and quiet): rt's blocks drop
+ * other's uses. */
+void dv_blocks_forget(devrt_runtime* rt, devrt_runtime* other);
 
 #endif

@@ -70,6 +70,12 @@ static inline void dv_error_clear(void) {
       DV_KEEP_ERROR(call); \
   } while (0)
 
+/* A public call's argument check: INVALID_ARGUMENT, "<call>: <what>", when cond does not hold. */
+#define DV_ARG_CHECK(cond, call, ...)                                                            \
+  do {                                                                                           \
+    if (DV_UNLIKELY(!(cond))) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": " __VA_ARGS__); \
+  } while (0)
+
 #define DV_CHECK(expr)                                \
   do {                                                \
     devrt_status dv_s_ = (expr);                      \

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 #include "live_table.h"
 

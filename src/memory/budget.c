@@ -4,7 +4,7 @@
  * and nested sub-budgets. */
 #include <inttypes.h>
 #include <stdlib.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 typedef struct budget {

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 /* Upstream: called through its vtable. */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 /* Upstream: called through its vtable. */

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 /* ---- the shared account (account.h) ---- */

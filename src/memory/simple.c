@@ -3,7 +3,7 @@
  * pending. Shares the live table with async.c. */
 #include <stdlib.h>
 #include <string.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 #include "live_table.h"
 

@@ -1,6 +1,6 @@
 /* stack.c: the runtime's resource stack: built on first use from the config (budget -> logging
  * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 /* Pushes a decorator: on success *top is the new layer (holding the old one), else unchanged. */

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../core/runtime.h"
+#include "memory.h"
 #include "account.h"
 
 #define ST_TAGS 1024 /* distinct tag texts with figures of their own */

@@ -1,5 +1,5 @@
 /* peer.c: peer access between two runtimes (devrt/peer.h): the links each runtime keeps
- * (runtime.h's peers, read without a lock where a handle is not the runtime's own), the driver's
+ * (rt.h's peers, read without a lock where a handle is not the runtime's own), the driver's
  * side through the backend, ending a link, and the tracked copy between two runtimes' blocks. */
 #include <inttypes.h>
 #include <sched.h>
@@ -15,13 +15,6 @@
 
 /* Serializes enabling and disabling links (the readers take no lock). */
 static pthread_mutex_t link_mu = PTHREAD_MUTEX_INITIALIZER;
-
-bool dv_peer_linked(devrt_runtime* rt, devrt_runtime* other) {
-  unsigned n = atomic_load_explicit(&rt->npeers, memory_order_acquire);
-  for (unsigned i = 0; i < n; i++)
-    if (atomic_load_explicit(&rt->peers[i], memory_order_acquire) == other) return true;
-  return false;
-}
 
 static devrt_status pair_check(devrt_runtime* a, devrt_runtime* b, const char* call) {
   dv_error_clear(); /* a public call's entry: see error.h */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "../core/runtime.h"
+#include "partition.h"
 #include "../memory/account.h"
 #ifdef DEVRT_HAVE_CUDA
 #include <cuda.h>

@@ -7,7 +7,6 @@
 #include <time.h>
 #include <sched.h>
 #include "sync.h"
-#include "../multi/multi.h"
 
 #define POLL_NS \
   50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */

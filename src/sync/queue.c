@@ -7,7 +7,6 @@
 #include <string.h>
 #include "../launch/launch.h"
 #include "sync.h"
-#include "../multi/multi.h"
 
 #define STAT(q, f) atomic_fetch_add_explicit(&(q)->f, 1, memory_order_relaxed)
 

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 #include "sync.h"
-#include "../multi/multi.h"
 
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
 #define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */

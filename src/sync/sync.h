@@ -184,4 +184,11 @@ void dv_watch(devrt_semaphore* s);
 /* A sticky device error: fails every semaphore of rt and every pending completion. */
 void dv_device_lost(devrt_runtime* rt, const char* msg);
 
+/* When a peer link ends (src/multi, both runtimes synchronized and quiet): whether rt's
+ * semaphores hold work parked on other's; rt's semaphores complete other's signals
+ * (semaphore.c), and the completion thread lets go of what it held (completion.c). */
+bool dv_sems_parked_from(devrt_runtime* rt, devrt_runtime* other);
+void dv_sems_forget(devrt_runtime* rt, devrt_runtime* other);
+void dv_completion_pass(devrt_runtime* rt);
+
 #endif

@@ -1,7 +1,7 @@
 /* event.c: public events over the backend's events, each owned by one runtime and listed there
  * so a destroyed runtime frees the events its users left behind. */
 #include <stdlib.h>
-#include "../core/runtime.h"
+#include "rt.h"
 
 #define DV_EV_MAGIC 0x64657672745f6576ull /* "devrt_ev" */
 

@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../core/runtime.h"
+#include "rt.h"
 
 static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   uint64_t cur = atomic_load_explicit(x, memory_order_relaxed);

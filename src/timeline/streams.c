@@ -8,7 +8,9 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "../core/runtime.h"
+#include "rt.h"
+
+_Atomic unsigned dv_peer_slots;
 
 /* The live runtimes, so an import of a stream devrt created finds the runtime that owns it and
  * holds it (dv_slot.exports): an owner is not destroyed while another runtime uses its stream.
@@ -176,7 +178,7 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
     dv_slot* sl = &rt->slots[p->slots[k]];
     rt->be->stream_sync(sl->s); /* on failure (a lost device) nothing more can run on it either */
     dv_events_retire(rt, p->slots[k]);
-    dv_resources_stream_retired(rt, DV_SID(rt->serial, p->slots[k], sl->lease));
+    rt->stream_retired(rt, DV_SID(rt->serial, p->slots[k], sl->lease));
     dv_stream* s = sl->s;
     pthread_mutex_lock(&rt->pool_mu); /* import and peer_disable read every slot's stream */
     sl->s = NULL;
@@ -246,7 +248,7 @@ devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, de
   DV_ARG_CHECK(out, "devrt_stream_acquire", "out is NULL");
   DV_ARG_CHECK((unsigned)mode <= DEVRT_ACQUIRE_SHARE, "devrt_stream_acquire", "unknown mode %d",
                (int)mode);
-  return dv_default_acquire(rt, mode, out, "devrt_stream_acquire");
+  return rt->acquire(rt, mode, out, "devrt_stream_acquire");
 }
 
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out) {
@@ -428,7 +430,7 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream id) {
     return s;
   }
   dv_events_retire(rt, DV_SID_SLOT(id));
-  dv_resources_stream_retired(rt, id);
+  rt->stream_retired(rt, id);
   if (sl->foreign == DV_FOREIGN_LEGACY)
     rt->be->stream_destroy(rt->dev, sl->s);
   else

@@ -1,14 +1,16 @@
-/* runtime.h (internal): the runtime object shared by every core file: its backend device, the
- * stream pool's slot table, and the checks that turn public handles into backend handles. */
-#ifndef DEVRT_CORE_RUNTIME_H
-#define DEVRT_CORE_RUNTIME_H
+/* rt.h (internal): the runtime as every layer sees it: its device and configuration, the stream
+ * slot table and pools, the links to peer runtimes, one pointer per layer to that layer's own
+ * state (an opaque type below the layer that defines it), and the hooks through which the
+ * timeline tells the layers above it of events. The runtime (src/runtime) composes it. */
+#ifndef DEVRT_TIMELINE_RT_H
+#define DEVRT_TIMELINE_RT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include "devrt/devrt.h"
 #include "../backend/backend.h"
-#include "../timeline/timeline.h"
-#include "slotset.h" /* issue 25: for `polls` */
+#include "../core/slotset.h"
+#include "timeline.h"
 
 #define DV_RT_MAGIC 0x64657672745f7274ull /* "devrt_rt" */
 #define DV_MAX_PEERS 64                   /* runtimes one runtime can have peer access with */
@@ -22,8 +24,7 @@ struct devrt_runtime {
   dv_slot* slots; /* the pool's, the runtime's own (index npool), then the partitions'; DV_SID_SLOTS
                      entries, those past nslots never leased */
   unsigned npool, nslots;
-  struct dv_evslot* evslots; /* per slot: pooled events and use counters (src/timeline) */
-  struct dv_blocks* blocks;  /* the block table (src/block) */
+  struct dv_evslot* evslots; /* per slot: pooled events and use counters (marks.c) */
   devrt_config cfg;
   devrt_device_info info;
   bool owned;
@@ -34,18 +35,27 @@ struct devrt_runtime {
   dv_pool pool;   /* the runtime's stream pool */
   int spare_head; /* unassigned partition slots, under pool_mu */
 
-  struct dv_layouts* layouts; /* layouts, the active one, their counters (src/partition) */
-
   pthread_mutex_t events_mu;
   struct devrt_event* events; /* every live event, so destroy frees what users left behind */
 
-  pthread_mutex_t stack_mu;
-  _Atomic(devrt_resource*) stack; /* the resource stack, built on first use or set by the user */
+  /* Each layer's own state, made and ended by the runtime (src/runtime). */
+  struct dv_blocks* blocks;       /* the block table (src/block) */
+  struct dv_layouts* layouts;     /* layouts, the active one, their counters (src/partition) */
+  struct dv_queue* q;             /* the submission queue and its threads (src/sync) */
+  pthread_mutex_t stack_mu;       /* the resource stack (src/memory) */
+  _Atomic(devrt_resource*) stack; /* built on first use or set by the user */
+  _Atomic uint64_t refused_launches, stale_refusals; /* src/launch, src/block */
 
-  struct dv_queue* q; /* the submission queue and its threads (src/sync) */
-  _Atomic uint64_t refused_launches, stale_refusals;
+  /* Hooks the runtime sets when it composes the layers (src/runtime), for the events the
+   * timeline must tell the layers above it of without naming them. */
+  /* `stream` was synchronized and is going away: every resource forgets it (src/memory). */
+  void (*stream_retired)(devrt_runtime* rt, devrt_stream stream);
+  /* A pool stream for stream 0 and devrt_stream_acquire: the active layout's (src/partition). */
+  devrt_status (*acquire)(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out,
+                          const char* call);
+
   /* the slots whose newest mark was recorded and not yet seen complete by dv_events_poll
-   * (src/timeline/marks.c): added by a record, taken by the poll (atomic, lines of its own) */
+   * (marks.c): added by a record, taken by the poll (atomic, lines of its own) */
   _Alignas(DV_LINE) dv_slotset polls;
   /* The runtimes this one has peer access with (src/multi): launches on this one may name their
    * blocks, submissions their semaphores. Written under src/multi's lock (a disabled entry goes
@@ -59,6 +69,26 @@ struct devrt_runtime {
 static inline bool dv_rt_ok(devrt_runtime* rt) {
   return rt && atomic_load_explicit(&rt->magic, memory_order_relaxed) == DV_RT_MAGIC;
 }
+
+#define DV_RT_CHECK(rt, call)                                                                 \
+  do {                                                                                        \
+    dv_error_clear(); /* a public call's entry: see error.h */                                \
+    if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                           \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: runtime %p is NULL or destroyed", call, \
+                     (void*)(rt));                                                            \
+  } while (0)
+
+/* Whether rt and other have peer access (a snapshot; rt == other is not a link). Lock-free. */
+static inline bool dv_peer_linked(devrt_runtime* rt, devrt_runtime* other) {
+  unsigned n = atomic_load_explicit(&rt->npeers, memory_order_acquire); /* pairs: peer.c's add */
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load_explicit(&rt->peers[i], memory_order_acquire) == other) return true;
+  return false;
+}
+
+/* Stream slots held by every runtime that has peer access with another: a wait list has room for
+ * their marks too (src/block). Added to and taken from by src/multi. */
+extern _Atomic unsigned dv_peer_slots;
 
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call);
 
@@ -76,25 +106,12 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
   return DEVRT_OK;
 }
 
-#define DV_RT_CHECK(rt, call)                                                                 \
-  do {                                                                                        \
-    dv_error_clear(); /* a public call's entry: see error.h */                                \
-    if (DV_UNLIKELY(!dv_rt_ok(rt)))                                                           \
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: runtime %p is NULL or destroyed", call, \
-                     (void*)(rt));                                                            \
-  } while (0)
-
-#define DV_ARG_CHECK(cond, call, ...)                                                            \
-  do {                                                                                           \
-    if (DV_UNLIKELY(!(cond))) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, call ": " __VA_ARGS__); \
-  } while (0)
-
 /* The runtime's own stream (the slot past the pool), created on first call; never released. */
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out);
 
-/* Stream pool lifecycle (src/timeline/streams.c). Init puts the runtime on the list an import
- * searches for the owner of the stream it wraps; fini takes it off and drops its imports' holds
- * on their owners. */
+/* Stream pool lifecycle (streams.c). Init puts the runtime on the list an import searches for
+ * the owner of the stream it wraps; fini takes it off and drops its imports' holds on their
+ * owners. */
 devrt_status dv_stream_pool_init(devrt_runtime* rt);
 void dv_stream_pool_fini(devrt_runtime* rt);
 /* INVALID_STATE while another runtime holds an import of one of rt's streams (of `pool`'s slots,
@@ -105,34 +122,12 @@ void dv_streams_reopen(devrt_runtime* rt);
 /* A partition's pool: n spare slots, each with a stream on `green` created now. */
 devrt_status dv_pool_create(devrt_runtime* rt, unsigned n, dv_green* green, int priority,
                             struct devrt_partition* part, dv_pool* out);
-/* Destroys its streams (each synchronized, then forgotten by the memory stack) and gives its
- * slots back; none may be held (the caller checked). */
+/* Destroys its streams (each synchronized, then retired: rt->stream_retired) and gives its slots
+ * back; none may be held (the caller checked). */
 void dv_pool_destroy(devrt_runtime* rt, dv_pool* p);
 devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode mode,
                              devrt_stream* out, const char* call);
-/* Layouts (src/partition): the pool stream 0 and devrt_stream_acquire take from; INVALID_STATE
- * from dv_layouts_check_none while layouts are alive. */
-devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out,
-                                const char* call);
-devrt_status dv_layouts_init(devrt_runtime* rt);
-devrt_status dv_layouts_check_none(devrt_runtime* rt, const char* call);
-void dv_layouts_fini(devrt_runtime* rt);
-/* The resource allocations on held stream `stream` go to: its partition's sub-budget, else the
- * runtime's stack. */
-devrt_status dv_stream_resource(devrt_runtime* rt, devrt_stream stream, devrt_resource** out);
+/* Destroys the events users left behind (event.c). */
 void dv_events_fini(devrt_runtime* rt);
-void dv_stack_fini(devrt_runtime* rt);
-devrt_status dv_queue_init(devrt_runtime* rt);
-devrt_status dv_queue_fini(devrt_runtime* rt);
-/* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
-/* Every live resource of rt with a stream_retired entry (the runtime's stack's layers, those of
- * stacks the caller built, a user's own) is told that `stream` was synchronized and is going
- * away (resource.c). */
-void dv_resources_stream_retired(devrt_runtime* rt, devrt_stream stream);
-devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
-                            devrt_resource** top);
-
-/* How many process-wide runtimes were created (tests check the race on first use). */
-unsigned dv_runtime_creations(void);
 
 #endif

@@ -1,4 +1,4 @@
-/* foreign.c: PyTorch's pluggable-allocator entry points (devrt/torch.h). Each (ordinal, stream
+/* torch.c: PyTorch's pluggable-allocator entry points (devrt/torch.h). Each (ordinal, stream
  * handle) is imported once into the ordinal's process-wide runtime and its id kept in a
  * per-ordinal open-addressing table read without a lock; a miss, or an id made stale by someone
  * forgetting the import, imports again under the table's mutex. Entries are never removed: the
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "devrt/torch.h"
-#include "../core/runtime.h"
+#include "runtime.h"
 
 enum { CAP = 2 * DV_SID_SLOTS }; /* more entries than any runtime has slots: never full */
 

@@ -1,6 +1,6 @@
 /* memory.c: the public device-pool, synchronous-allocation and copy calls: argument checks,
  * then straight to the backend. */
-#include "runtime.h"
+#include "memory.h"
 
 devrt_status devrt_pool_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, void** out) {
   DV_RT_CHECK(rt, "devrt_pool_alloc");
