@@ -1,5 +1,6 @@
-/* block.h (internal): the use-tracking steps blocks and recorded launches share (block.c): pin the
- * blocks a piece of work touches and gather the waits it needs, then record where it ends. Stream
+/* block.h (internal): what blocks offer the layers above them: the block table (block.c), the
+ * steps of a tracked use (track.c: pin the blocks a piece of work touches and gather the waits it
+ * needs, then record where it ends) and the two launch fast paths (group.c, repeat.c). Stream
  * points (marks) come from the timeline (src/timeline). */
 #ifndef DEVRT_BLOCK_INTERNAL_H
 #define DEVRT_BLOCK_INTERNAL_H
@@ -12,7 +13,6 @@
 devrt_status dv_blocks_init(devrt_runtime* rt);
 void dv_blocks_fini(devrt_runtime* rt);
 
-/* block.c: the steps of a tracked use. */
 static inline bool dv_access_ok(devrt_access a) {
   return a >= DEVRT_ACCESS_READ && a <= DEVRT_ACCESS_READ_WRITE;
 }
@@ -33,65 +33,80 @@ typedef struct dv_uses {
   devrt_block_use merged[DEVRT_LAUNCH_MAX_USES];
 } dv_uses;
 
-/* Room for one wait per source slot: rt's own, and the slots of every runtime that enabled peer
- * access (dv_peer_slots: their marks may sit in any track, src/multi), which the list has room
- * for in dv_wait_foreign (left after each one added; DV_WAIT_SHORT once one found none: then
- * dv_waits_issue refuses the list). On the stack for up to 128 slots (the default 16 pool
- * streams, the runtime's own and 64 for partitions fit), else this thread's buffer, kept for its
- * next call (a wait list never lives across user code, so one a thread is enough). NULL: out of
- * host memory. */
-extern _Thread_local unsigned dv_wait_foreign;
+/* The waits one piece of work gathers: at most one per source slot, the newest (block.c's
+ * model). The list has room for every slot of rt and of every runtime with peer access
+ * (dv_peer_slots: their marks may sit in any track, src/multi): `local` for up to 128 (the
+ * default 16 pool streams, the runtime's own and 64 for partitions fit), else this thread's
+ * buffer, kept for its next call (a wait list never lives across user code, so one a thread is
+ * enough). */
+typedef struct dv_waits {
+  dv_wait* v;       /* the entries: `local`, or this thread's buffer */
+  unsigned n, cap;  /* entries gathered; room */
+  unsigned foreign; /* room left for peer runtimes' marks; DV_WAIT_SHORT once one found none
+                     * (peer access enabled meanwhile): dv_waits_issue then refuses the list */
+  uint16_t* at;     /* this thread's hints: where each of rt's slots' entry sits in v (a hint
+                     * the entry confirms, so it needs no clearing between lists) */
+  dv_wait local[128];
+} dv_waits;
 #define DV_WAIT_SHORT UINT32_MAX
-#define WAIT_BUF(rt, name)                                                        \
-  dv_wait name##_stack[128];                                                      \
-  unsigned name##_n = (rt)->nslots + (dv_wait_foreign = atomic_load_explicit(     \
-                                          &dv_peer_slots, memory_order_relaxed)); \
-  dv_wait* name = DV_LIKELY(name##_n <= 128) ? name##_stack : dv_wait_room(name##_n)
-/* This thread's room for n waits (NULL: out of host memory; dv_waits_refused says so); freed
- * when the thread exits. */
-devrt_status dv_waits_refused(devrt_runtime* rt);
-dv_wait* dv_wait_room(unsigned n);
+/* An empty list with room for every slot (above); OUT_OF_RESOURCES without host memory for it. */
+devrt_status dv_waits_init(dv_waits* w, devrt_runtime* rt);
 
-/* How the blocks were pinned: through their group (see block.c), or one by one (g NULL). */
+/* How the blocks were pinned: through their group (see group.c), or one by one (g NULL). */
 typedef struct dv_pinned {
   struct dv_group* g;
-  uint64_t gen;
-  uint32_t epoch;
-} dv_pinned; /* epoch: the group track's */
+  uint64_t gen;   /* the group's generation when pinned: another means it dissolved since */
+  uint32_t epoch; /* the group track's epoch when its waits were gathered */
+} dv_pinned;
+
+/* One piece of tracked work on a stream slot (a launch, a collective) from pin to finish: what
+ * use tracking needs to know of it and what it gathers on the way. On its caller's stack. */
+typedef struct dv_work {
+  devrt_runtime* rt;
+  unsigned slot;    /* where the work is enqueued */
+  const char* call; /* names the caller in messages */
+  dv_uses x;        /* the blocks it touches */
+  dv_waits w;       /* the waits gathered for it */
+  const dv_pev* of; /* the slot's newest mark before the work (NULL: not asked) */
+  uint32_t drops;   /* the references to `of` that the work's records will replace */
+  bool pinned;      /* dv_uses_pin succeeded: dv_uses_finish unpins */
+  dv_pinned how;    /* how its blocks were pinned */
+  dv_counts c;      /* what it adds to the slot's counters */
+} dv_work;
+/* A work of rt on `slot` over the caller's list u[0..n) (taken as it is: dv_uses_pin checks it),
+ * with an empty wait list: OUT_OF_RESOURCES without host memory for one. */
+devrt_status dv_work_init(dv_work* k, devrt_runtime* rt, unsigned slot, const char* call,
+                          const devrt_block_use* u, unsigned n);
 
 /* INVALID_ARGUMENT (naming `call`) unless every use's access is READ, WRITE or READ_WRITE. */
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call);
-/* Pins each block of x (a pinned block cannot be freed), or the group of exactly those blocks,
- * and gathers, per source slot, the newest event stream `slot` must wait for (the skipped ones
- * counted in c); nothing is pinned, held or counted if it fails. x->u is the caller's list as it
- * is: its accesses are checked here and, where it names a block twice, x->u becomes the merged
- * copy. waits has room for rt->nslots entries, *nwaits and *how start empty. With `of`, counts
- * in *drops the references to mark `of` that dv_uses_finish will replace (for dv_slot_settle). */
-devrt_status dv_uses_pin(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_wait* waits,
-                         unsigned* nwaits, const dv_pev* of, uint32_t* drops, const char* call,
-                         dv_pinned* how, dv_counts* c);
-/* Settles the slot (dv_slot_settle with of and drops: the caller's work follows), then makes s
- * wait on every gathered event (counted in c); drops them either way. */
-devrt_status dv_waits_issue(devrt_runtime* rt, dv_stream* s, unsigned slot, dv_wait* w, unsigned n,
-                            const dv_pev* of, uint32_t drops, dv_counts* c);
-/* Records where the work ends (ev, on `slot`) on each block (or their group), then unpins them
- * as `how` says (NULL: they were not pinned); ev NULL only unpins. Drops the reference `old`
- * (may be NULL); with `donate` the caller's reference to ev goes to the blocks too. Leaves each
- * block's version in x->ver; returns the references to ev the blocks took (0 for a group:
- * a group's launch is no repeat candidate). Blocks used as one set again, with one access, are
- * grouped here. */
-uint32_t dv_uses_finish(devrt_runtime* rt, dv_uses* x, unsigned slot, dv_pev* ev, dv_pev* old,
-                        bool donate, const dv_pinned* how);
+/* Pins each block of k->x (a pinned block cannot be freed), or the group of exactly those
+ * blocks, and gathers, per source slot, the newest event k's slot must wait for (the skipped ones
+ * counted in k->c); nothing is pinned, held or counted if it fails. k->x.u is the caller's list as
+ * it is: its accesses are checked here and, where it names a block twice, it becomes the merged
+ * copy. With k->of, counts in k->drops the references to that mark which dv_uses_finish will
+ * replace (for dv_slot_settle). */
+devrt_status dv_uses_pin(dv_work* k);
+/* Settles k's slot (dv_slot_settle with k->of and k->drops: the work follows), then makes s
+ * wait on every gathered event (counted in k->c); drops them either way. */
+devrt_status dv_waits_issue(dv_work* k, dv_stream* s);
+/* Records where the work ends (ev, on k's slot) on each block (or their group), then unpins them
+ * (unless nothing was pinned: dv_uses_pin failed or was not called); ev NULL only unpins. Drops
+ * the reference `old` (may be NULL); with `donate` the caller's reference to ev goes to the
+ * blocks too. Leaves each block's version in k->x.ver; returns the references to ev the blocks
+ * took (0 for a group: a group's launch is no repeat candidate). Blocks used as one set again,
+ * with one access, are grouped here. */
+uint32_t dv_uses_finish(dv_work* k, dv_pev* ev, dv_pev* old, bool donate);
 
-/* The repeat path: a launch on `slot` declaring the same uses as the slot's previous launch, when
- * no block changed since and nothing else refers to that launch's lazy mark, needs no wait (the
- * previous launch issued them on this stream), and its mark is the previous one moved forward:
- * no block is locked or written. dv_repeat_try claims it (false: take the usual path);
- * dv_repeat_end, after the work was enqueued (ok) or not, moves the mark or falls back to
+/* The repeat path (repeat.c): a launch on `slot` declaring the same uses as the slot's previous
+ * launch, when no block changed since and nothing else refers to that launch's lazy mark, needs
+ * no wait (the previous launch issued them on this stream), and its mark is the previous one
+ * moved forward: no block is locked or written. dv_repeat_try claims it (false: take the usual
+ * path); dv_repeat_end, after the work was enqueued (ok) or not, moves the mark or falls back to
  * recording the uses; dv_repeat_save remembers a finished launch's uses. */
-bool dv_repeat_try(devrt_runtime* rt, unsigned slot, const dv_uses* x);
-devrt_status dv_repeat_end(devrt_runtime* rt, unsigned slot, dv_uses* x, bool ok);
-void dv_repeat_save(devrt_runtime* rt, unsigned slot, const dv_uses* x, dv_pev* ev, uint32_t gain);
+bool dv_repeat_try(dv_work* k);
+devrt_status dv_repeat_end(dv_work* k, bool ok);
+void dv_repeat_save(const dv_work* k, dv_pev* ev, uint32_t gain);
 
 /* Queued allocations (src/sync): a handle now, the memory when the submission is issued. */
 devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
@@ -126,8 +141,9 @@ devrt_status dv_block_check(devrt_runtime* rt, devrt_block h, const char* call);
 devrt_status dv_block_check_use(devrt_runtime* rt, devrt_block h, const char* call);
 /* Adds event p to what stream `slot` must wait for, as use tracking does: at most one per source
  * slot (the newest), none for the slot's own events or events known complete. Takes its own
- * reference on what it keeps; w has room for one entry per slot. */
-void dv_waits_add(devrt_runtime* rt, unsigned slot, dv_pev* p, dv_wait* w, unsigned* n);
+ * reference on what it keeps; w (from dv_waits_init) takes peer runtimes' marks up to its
+ * `foreign` room, which the caller sets to the most it adds. */
+void dv_waits_add(dv_waits* w, devrt_runtime* rt, unsigned slot, dv_pev* p);
 
 /* The runtime whose block h is (rt's, or a peer's), with its address and size; STALE_BLOCK (as
  * rt's own lookup says) when neither holds it live. */

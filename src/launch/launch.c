@@ -235,50 +235,41 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
 
 DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d,
                                                devrt_stream id, dv_stream* s, dv_pev** out) {
-  unsigned slot = DV_SID_SLOT(id), nw = 0;
-  dv_uses x;
-  x.u = d->uses,
-  x.n = d->nuses; /* as given: the repeat and group paths match it against checked lists */
-  x.peer = false;
-  devrt_status st;
+  unsigned slot = DV_SID_SLOT(id);
+  dv_work k; /* the uses as given: the repeat and group paths match them against checked lists */
+  devrt_status st = dv_work_init(&k, rt, slot, "devrt_launch", d->uses, d->nuses);
+  if (DV_UNLIKELY(st != DEVRT_OK)) return refuse(rt, st);
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
-  if (!out && !d->enqueue && dv_repeat_try(rt, slot, &x)) {
+  if (!out && !d->enqueue && dv_repeat_try(&k)) {
     st = run(rt, d, id, s);
-    devrt_status end = dv_repeat_end(rt, slot, &x, st == DEVRT_OK);
+    devrt_status end = dv_repeat_end(&k, st == DEVRT_OK);
     if ((st = st != DEVRT_OK ? st : end) != DEVRT_OK) return st;
     goto done;
   }
-  WAIT_BUF(rt, w);
-  if (!w) return refuse(rt, dv_waits_refused(rt));
-  const dv_pev* last = dv_slot_last(rt, slot);
-  uint32_t drops = 0;
-  dv_pinned how = {NULL, 0, 0};
-  dv_counts c = {0};
-  st = dv_uses_pin(rt, &x, slot, w, &nw, last, &drops, "devrt_launch", &how, &c);
-  if (DV_UNLIKELY(st != DEVRT_OK)) {
-    return refuse(rt, st);
-  }
+  k.of = dv_slot_last(rt, slot);
+  st = dv_uses_pin(&k);
+  if (DV_UNLIKELY(st != DEVRT_OK)) return refuse(rt, st);
   /* The slot's previous mark is recorded here, before this launch, only if something this launch
    * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
-  st = dv_waits_issue(rt, s, slot, w, nw, last, drops, &c);
+  st = dv_waits_issue(&k, s);
   if (st == DEVRT_OK) st = run(rt, d, id, s);
-  c.launches = st == DEVRT_OK;
+  k.c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
-  if (st == DEVRT_OK && (x.n || out)) { /* no blocks: nothing to mark */
-    st = dv_pev_mark(rt, slot, &ev, &old, &c);
+  if (st == DEVRT_OK && (k.x.n || out)) { /* no blocks: nothing to mark */
+    st = dv_pev_mark(rt, slot, &ev, &old, &k.c);
     if (st == DEVRT_OK && out && (st = dv_pev_realize(rt, ev, NULL)) != DEVRT_OK)
       dv_pev_unref(rt, ev), ev = NULL;
     if (DV_UNLIKELY(st != DEVRT_OK))
       rt->be->stream_sync(s); /* untracked work: let it finish before others use the blocks */
   } else {
-    dv_counts_flush(rt, slot, &c);
+    dv_counts_flush(rt, slot, &k.c);
   }
-  uint32_t gain =
-      dv_uses_finish(rt, &x, slot, ev, old, !out, &how); /* the blocks keep ev (or out does) */
+  bool grouped = k.how.g != NULL;
+  uint32_t gain = dv_uses_finish(&k, ev, old, !out); /* the blocks keep ev (or out does) */
   if (out) *out = ev;
   if (st != DEVRT_OK) return st;
-  if (!out && !how.g && !x.peer) dv_repeat_save(rt, slot, &x, ev, gain);
+  if (!out && !grouped && !k.x.peer) dv_repeat_save(&k, ev, gain);
 done:;
   static _Thread_local unsigned launches; /* this thread's: no shared word for the count */
   if (DV_UNLIKELY(++launches % REAP_EVERY == 0) &&

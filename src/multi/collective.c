@@ -426,9 +426,7 @@ typedef struct cop {
   devrt_redop op;
   int root;
   devrt_block_use u[2];
-  dv_uses x;
-  dv_pinned how;
-  dv_counts n;
+  dv_work k; /* its two blocks' tracking, from pin to finish */
   bool pinned;
 } cop;
 
@@ -440,18 +438,12 @@ static _Thread_local unsigned ndeferred, capdeferred;
 
 /* Pins o's blocks and issues its waits on its stream (a launch's steps 2-3). */
 static devrt_status cop_pin(cop* o, const char* call) {
-  devrt_runtime* rt = o->c->rt;
-  unsigned slot = DV_SID_SLOT(o->stream), nw = 0;
-  o->x.u = o->u, o->x.n = 2, o->x.peer = false;
-  o->how = (dv_pinned){NULL, 0, 0};
-  o->n = (dv_counts){0};
-  WAIT_BUF(rt, w);
-  if (!w) return dv_waits_refused(rt);
-  DV_CHECK(dv_uses_pin(rt, &o->x, slot, w, &nw, NULL, NULL, call, &o->how, &o->n));
-  devrt_status st = dv_waits_issue(rt, o->s, slot, w, nw, NULL, 0, &o->n);
+  DV_CHECK(dv_work_init(&o->k, o->c->rt, DV_SID_SLOT(o->stream), call, o->u, 2));
+  DV_CHECK(dv_uses_pin(&o->k));
+  devrt_status st = dv_waits_issue(&o->k, o->s);
   if (st != DEVRT_OK) {
-    dv_counts_flush(rt, slot, &o->n);
-    dv_uses_finish(rt, &o->x, slot, NULL, NULL, true, &o->how);
+    dv_counts_flush(o->c->rt, o->k.slot, &o->k.c);
+    dv_uses_finish(&o->k, NULL, NULL, true);
     return st;
   }
   o->pinned = true;
@@ -462,17 +454,16 @@ static devrt_status cop_pin(cop* o, const char* call) {
  * synchronized (the work failed, maybe half enqueued: nothing untracked is left running). */
 static devrt_status cop_finish(cop* o, bool ok) {
   devrt_runtime* rt = o->c->rt;
-  unsigned slot = DV_SID_SLOT(o->stream);
   dv_pev *ev = NULL, *old = NULL;
   devrt_status st = DEVRT_OK;
   if (ok) {
-    o->n.launches = 1;
-    if ((st = dv_pev_mark(rt, slot, &ev, &old, &o->n)) != DEVRT_OK) ok = false;
+    o->k.c.launches = 1;
+    if ((st = dv_pev_mark(rt, o->k.slot, &ev, &old, &o->k.c)) != DEVRT_OK) ok = false;
   } else {
-    dv_counts_flush(rt, slot, &o->n);
+    dv_counts_flush(rt, o->k.slot, &o->k.c);
   }
   if (!ok) DV_KEEP_ERROR(rt->be->stream_sync(o->s));
-  dv_uses_finish(rt, &o->x, slot, ev, old, true, &o->how);
+  dv_uses_finish(&o->k, ev, old, true);
   o->pinned = false;
   return st;
 }
@@ -579,7 +570,7 @@ static devrt_status collective(cop* o, const char* call) {
   }
   cop* copy = malloc(sizeof *copy);
   if (!copy) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", call);
-  memcpy(copy, o, offsetof(cop, x));
+  memcpy(copy, o, offsetof(cop, k));
   deferred[ndeferred++] = copy;
   return DEVRT_OK;
 }

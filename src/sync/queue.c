@@ -78,18 +78,20 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev) {
   dv_stream* s = NULL;
   devrt_status st = id ? DEVRT_OK : devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id);
   if (st == DEVRT_OK) st = dv_stream_get(rt, id, &s, "devrt_queue_submit");
-  dv_wait w[DEVRT_QUEUE_MAX_WAITS]; /* one per source slot: never more than the waits */
+  dv_waits w; /* one per source slot: never more than the waits, every one a peer's at most */
+  if (st == DEVRT_OK && (st = dv_waits_init(&w, rt)) == DEVRT_OK) w.foreign = DEVRT_QUEUE_MAX_WAITS;
   unsigned slot = DV_SID_SLOT(id), waits = 0;
   for (unsigned i = 0; i < nev; i++) {
-    if (st == DEVRT_OK) dv_waits_add(rt, slot, evs[i], w, &waits);
+    if (st == DEVRT_OK) dv_waits_add(&w, rt, slot, evs[i]);
     dv_pev_unref(rt, evs[i]);
   }
+  if (st == DEVRT_OK) waits = w.n;
   if (st == DEVRT_OK && waits)
     st = dv_slot_settle(rt, slot, NULL, 0,
                         NULL); /* the slot's newest point stays before the waits */
   for (unsigned i = 0; i < waits; i++) {
-    if (st == DEVRT_OK) st = dv_pev_wait(rt, s, w[i].ev, NULL);
-    dv_pev_unref(rt, w[i].ev);
+    if (st == DEVRT_OK) st = dv_pev_wait(rt, s, w.v[i].ev, NULL);
+    dv_pev_unref(rt, w.v[i].ev);
   }
   if (waits) atomic_fetch_add_explicit(&rt->q->dwaits, waits, memory_order_relaxed);
   dv_pev* ev = NULL;

@@ -86,7 +86,7 @@ typedef union dv_counts {
 typedef struct dv_evslot {
   _Alignas(DV_LINE) dv_spin mu;    /* a spin lock: no driver call under it (take() drops it to
                                     * create an event, dv_pev_record records after it) */
-  _Atomic bool issuing;            /* held by the thread using `rep` */
+  _Atomic uint8_t rep_state;       /* DV_REP_*: who holds `rep` (src/block/repeat.c) */
   _Atomic uint8_t rep_cold;        /* saves to skip: the repeated mark was needed elsewhere */
   dv_pev* free;                    /* under mu */
   _Atomic(dv_pev*) last;           /* the newest mark (holds a reference); written under mu */
@@ -102,6 +102,12 @@ typedef struct dv_evslot {
   uint64_t recorded, reused; /* under mu */
   dv_pev* all;               /* every event of the slot, for teardown (under mu) */
 } dv_evslot;
+
+/* Who holds a slot's remembered uses (rep_state), one thread at a time: nobody; a launch on the
+ * slot that matched them and is issuing against them (set by dv_repeat_try, cleared by
+ * dv_repeat_end on that thread); the slot's launching thread writing them after a launch (set and
+ * cleared by dv_repeat_save). A free of a block the slot used waits while it is not IDLE. */
+enum { DV_REP_IDLE, DV_REP_ISSUING, DV_REP_SAVING };
 
 void dv_counts_add_locked(dv_evslot* es, const dv_counts* c);
 void dv_counts_flush(devrt_runtime* rt, unsigned slot, const dv_counts* c);
