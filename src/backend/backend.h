@@ -164,7 +164,9 @@ extern const unsigned dv_host_kernel_count;
 static inline bool dv_fault_hit(_Atomic unsigned* counter) {
   unsigned n = atomic_load_explicit(counter, memory_order_relaxed);
   while (n != 0) {
-    if (atomic_compare_exchange_weak(counter, &n, n - 1)) return n == 1;
+    if (atomic_compare_exchange_weak_explicit(counter, &n, n - 1, memory_order_relaxed,
+                                              memory_order_relaxed)) /* a countdown only */
+      return n == 1;
   }
   return false;
 }

@@ -246,7 +246,7 @@ static _Atomic bool faulted;
 static bool device_faulted(void) {
   if (atomic_load_explicit(&faulted, memory_order_acquire)) return true;
   if (!dv_fault_hit(&faults[DV_FAULT_DEVICE])) return false;
-  atomic_store(&faulted, true);
+  atomic_store_explicit(&faulted, true, memory_order_release); /* pairs: the acquire above */
   return true;
 }
 #define FAULTED(call)                     \
@@ -495,7 +495,7 @@ static void cu_green_destroy(dv_dev* d, dv_green* g) {
 
 static void cu_fault_arm(dv_dev* d, dv_fault_op op, unsigned nth) {
   (void)d;
-  atomic_store(&faults[op], nth);
+  atomic_store_explicit(&faults[op], nth, memory_order_relaxed); /* a countdown: dv_fault_hit */
 }
 
 /* ---- several devices ---- */

@@ -12,7 +12,9 @@
 #define DV_OP_NAME_(name) #name,
 static const char* const names[DV_OP_COUNT] = {DV_BACKEND_OPS(DV_OP_NAME_)};
 
-/* Process-wide, as the table is: every counter is atomic. */
+/* Process-wide, as the table is: every counter is atomic, and relaxed: a test arms a fault before
+ * the calls it fails (on the calling thread, or before the threads that make them start), so no
+ * arm needs to order anything else; `enabled` and `inner` are read under mu or after it. */
 static _Atomic uint64_t calls[DV_OP_COUNT]; /* calls through the wrapper so far */
 static _Atomic uint64_t armed[DV_OP_COUNT]; /* the call number that fails; 0 none */
 static _Atomic int armed_status[DV_OP_COUNT];
@@ -48,7 +50,7 @@ bool dv_op_can_fail(dv_op op) {
   }
 }
 
-void dv_fault_enable(void) { atomic_store(&enabled, true); }
+void dv_fault_enable(void) { atomic_store_explicit(&enabled, true, memory_order_relaxed); }
 
 devrt_status dv_fault_inject(dv_op op, uint64_t nth, devrt_status status) {
   if (!dv_op_can_fail(op) || (unsigned)status >= DEVRT_STATUS_COUNT_)
@@ -57,14 +59,16 @@ devrt_status dv_fault_inject(dv_op op, uint64_t nth, devrt_status status) {
   if (status == DEVRT_OK)
     status = op == DV_OP_pool_alloc || op == DV_OP_mem_alloc ? DEVRT_ERR_DEVICE_ALLOC_FAILED
                                                              : DEVRT_ERR_BACKEND_ERROR;
-  atomic_store(&armed_status[op], (int)status);
-  atomic_store(&armed[op], nth ? atomic_load(&calls[op]) + nth : 0);
+  atomic_store_explicit(&armed_status[op], (int)status, memory_order_relaxed);
+  atomic_store_explicit(&armed[op],
+                        nth ? atomic_load_explicit(&calls[op], memory_order_relaxed) + nth : 0,
+                        memory_order_relaxed);
   dv_fault_enable();
   return DEVRT_OK;
 }
 
-uint64_t dv_fault_calls(dv_op op) { return atomic_load(&calls[op]); }
-uint64_t dv_fault_fired(void) { return atomic_load(&fired); }
+uint64_t dv_fault_calls(dv_op op) { return atomic_load_explicit(&calls[op], memory_order_relaxed); }
+uint64_t dv_fault_fired(void) { return atomic_load_explicit(&fired, memory_order_relaxed); }
 
 /* ---- the wrapper ---- */
 
@@ -73,8 +77,8 @@ static const dv_backend* in(void) { return atomic_load_explicit(&inner, memory_o
 static void count(dv_op op) { atomic_fetch_add_explicit(&calls[op], 1, memory_order_relaxed); }
 
 DV_COLD static devrt_status injected(dv_op op, uint64_t n) {
-  atomic_fetch_add(&fired, 1);
-  devrt_status st = (devrt_status)atomic_load(&armed_status[op]);
+  atomic_fetch_add_explicit(&fired, 1, memory_order_relaxed);
+  devrt_status st = (devrt_status)atomic_load_explicit(&armed_status[op], memory_order_relaxed);
   return dv_fail(st, "%s: injected fault (its call %llu): %s", names[op], (unsigned long long)n,
                  devrt_status_name(st));
 }
@@ -294,8 +298,8 @@ static char env_error[256];
 static void print_counts(void) {
   fprintf(stderr, "devrt fault counts (DEVRT_FAULT=count):");
   for (unsigned i = 0; i < DV_OP_COUNT; i++)
-    if (atomic_load(&calls[i]))
-      fprintf(stderr, " %s=%llu", names[i], (unsigned long long)atomic_load(&calls[i]));
+    if (dv_fault_calls((dv_op)i))
+      fprintf(stderr, " %s=%llu", names[i], (unsigned long long)dv_fault_calls((dv_op)i));
   fprintf(stderr, "\n");
 }
 
@@ -331,11 +335,12 @@ static void read_env(void) {
 devrt_status dv_fault_select(const dv_backend** be) {
   pthread_once(&env_once, read_env);
   if (env_status != DEVRT_OK) return dv_fail(env_status, "devrt_runtime: %s", env_error);
-  if (DV_LIKELY(!atomic_load(&enabled))) return DEVRT_OK;
+  if (DV_LIKELY(!atomic_load_explicit(&enabled, memory_order_relaxed))) return DEVRT_OK;
   pthread_mutex_lock(&mu);
   const dv_backend* was = in();
   devrt_status st = DEVRT_OK;
-  if (!was && (st = fill(*be)) == DEVRT_OK) atomic_store(&inner, *be);
+  if (!was && (st = fill(*be)) == DEVRT_OK) /* the table is filled before: read under mu */
+    atomic_store_explicit(&inner, *be, memory_order_release);
   if (st == DEVRT_OK && was && was != *be)
     st = dv_fail(DEVRT_ERR_INVALID_STATE,
                  "devrt_runtime: fault injection wraps the %s backend in this process, not %s",

@@ -101,18 +101,25 @@ struct dv_event {
 
 /* ---- streams and fences ---- */
 
-static void stream_ref(dv_stream* s) { atomic_fetch_add(&s->refs, 1); }
+/* A reference count: taking one needs no order (the taker holds one already or the wrap checked
+ * the stream live under its mutex); the last drop (acq_rel) sees every holder's use first. */
+static void stream_ref(dv_stream* s) {
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
 
 static void stream_unref(dv_stream* s) {
-  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  unsigned was = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+  DV_ASSERT(was > 0);
+  if (was != 1) return;
   pthread_cond_destroy(&s->done);
   pthread_cond_destroy(&s->work);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
 
+/* acquire: pairs with the worker's release count, so the ops before the fence are visible */
 static bool fence_reached(dv_stream* s, uint64_t target) {
-  return atomic_load(&s->completed) >= target;
+  return atomic_load_explicit(&s->completed, memory_order_acquire) >= target;
 }
 
 static void fence_wait(dv_stream* s, uint64_t target) {
@@ -121,10 +128,12 @@ static void fence_wait(dv_stream* s, uint64_t target) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Figures only (pool_stats): relaxed. */
 static void used_add(dv_dev* d, uint64_t n) {
-  uint64_t now = atomic_fetch_add(&d->used, n) + n;
-  uint64_t high = atomic_load(&d->high);
-  while (high < now && !atomic_compare_exchange_weak(&d->high, &high, now)) {}
+  uint64_t now = atomic_fetch_add_explicit(&d->used, n, memory_order_relaxed) + n;
+  uint64_t high = atomic_load_explicit(&d->high, memory_order_relaxed);
+  while (high < now && !atomic_compare_exchange_weak_explicit(
+                           &d->high, &high, now, memory_order_relaxed, memory_order_relaxed)) {}
 }
 
 static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
@@ -143,7 +152,7 @@ static void run_op(dv_stream* s, op* o) {
       uint64_t size = h->size;
       h->magic = 0;
       free(h);
-      atomic_fetch_sub(&o->u.free.d->used, size);
+      atomic_fetch_sub_explicit(&o->u.free.d->used, size, memory_order_relaxed); /* a figure */
       break;
     }
     case OP_MEMSET:
@@ -180,7 +189,7 @@ static void* worker_main(void* arg) {
     run_op(s, o);
     free(o);
     pthread_mutex_lock(&s->mu);
-    atomic_fetch_add(&s->completed, 1);
+    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release); /* pairs: fence_reached */
     pthread_cond_broadcast(&s->done);
   }
   pthread_mutex_unlock(&s->mu);
@@ -454,7 +463,7 @@ static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
 static bool device_faulted(dv_dev* d) {
   if (atomic_load_explicit(&d->faulted, memory_order_acquire)) return true;
   if (!dv_fault_hit(&d->faults[DV_FAULT_DEVICE])) return false;
-  atomic_store(&d->faulted, true);
+  atomic_store_explicit(&d->faulted, true, memory_order_release); /* pairs: the acquire above */
   return true;
 }
 #define FAULTED(e, call)                  \
@@ -535,8 +544,8 @@ static devrt_status host_pool_free(dv_dev* d, void* p, dv_stream* s) {
 
 static devrt_status host_pool_stats(dv_dev* d, devrt_pool_stats* out) {
   if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host pool_stats: out is NULL");
-  out->used_current = out->reserved_current = atomic_load(&d->used);
-  out->used_high = out->reserved_high = atomic_load(&d->high);
+  out->used_current = out->reserved_current = atomic_load_explicit(&d->used, memory_order_relaxed);
+  out->used_high = out->reserved_high = atomic_load_explicit(&d->high, memory_order_relaxed);
   out->release_threshold = d->release_threshold;
   return DEVRT_OK;
 }
@@ -547,7 +556,8 @@ static devrt_status host_pool_trim(dv_dev* d, size_t keep) {
 }
 
 static devrt_status host_pool_reset_high(dv_dev* d) {
-  atomic_store(&d->high, atomic_load(&d->used));
+  atomic_store_explicit(&d->high, atomic_load_explicit(&d->used, memory_order_relaxed),
+                        memory_order_relaxed); /* figures only */
   return DEVRT_OK;
 }
 
@@ -766,7 +776,8 @@ static void host_green_destroy(dv_dev* d, dv_green* g) {
 }
 
 static void host_fault_arm(dv_dev* d, dv_fault_op which, unsigned nth) {
-  if ((unsigned)which < DV_FAULT_OPS_) atomic_store(&d->faults[which], nth);
+  if ((unsigned)which < DV_FAULT_OPS_) /* a countdown: see dv_fault_hit */
+    atomic_store_explicit(&d->faults[which], nth, memory_order_relaxed);
 }
 
 /* ---- several devices: one address space, so every host device reaches every other ---- */

@@ -90,7 +90,9 @@ static devrt_status take_index(struct dv_blocks* t, unsigned hint, uint32_t* out
 
 static void give_index(struct dv_blocks* t, uint32_t i) {
   stripe* s = &t->free[i % NSTRIPE];
+  DV_ASSERT(i < atomic_load_explicit(&t->next, memory_order_relaxed)); /* handed out before */
   pthread_mutex_lock(&s->mu);
+  DV_ASSERT(s->n <= s->cap);
   if (s->n == s->cap) {
     unsigned cap = s->cap ? s->cap * 2 : 64;
     uint32_t* v = realloc(s->idx, cap * sizeof *v);
@@ -169,6 +171,7 @@ dv_blk* dv_blk_tracked(devrt_runtime* rt, devrt_block h, const char* call, devrt
   for (;;) {
     dv_blk* b = get_ready(rt, h, call, st);
     dv_group* g = b ? atomic_load_explicit(&b->group, memory_order_relaxed) : NULL;
+    DV_ASSERT(!g || (!b->t.writer && !b->t.nreaders)); /* a member's state is its group's */
     if (!g) return b;
     unlock(b);
     dv_group_dissolve(rt, g);
@@ -183,6 +186,9 @@ devrt_status dv_block_reserve(devrt_runtime* rt, size_t size, devrt_stream strea
   DV_CHECK(take_index(rt->blocks, DV_SID_SLOT(stream), &i));
   dv_blk* b = dv_blk_at(rt->blocks, i);
   lock(b);
+  DV_ASSERT(!b->live && !b->pins); /* a free index: its last block freed or cancelled */
+  DV_ASSERT(!b->t.writer && !b->t.nreaders &&
+            !atomic_load_explicit(&b->group, memory_order_relaxed));
   if (!b->t.readers) b->t.readers = b->t.inl, b->t.capreaders = INLINE_READERS;
   b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
   b->live = b->pending = true;
@@ -201,6 +207,7 @@ void dv_block_cancel(devrt_runtime* rt, devrt_block h) {
   devrt_status st;
   dv_blk* b = get_locked(rt, h, "dv_block_cancel", &st);
   if (!b) return;
+  DV_ASSERT(b->pending && !b->pins); /* only a queued allocation not issued is cancelled */
   b->live = b->pending = false;
   touched(b);
   unlock(b);
@@ -212,6 +219,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_locked(rt, h, "devrt_block_alloc", &st);
   if (!b) return st;
+  DV_ASSERT(b->pending && !b->ptr); /* reserved, committed once */
   size_t size = b->size;
   const char* tag = b->tag;
   unlock(b); /* a pending block cannot be used or freed: nobody else touches it meanwhile */
@@ -229,6 +237,7 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   }
   if (ready_out) dv_pev_ref(ready), *ready_out = ready;
   lock(b);
+  DV_ASSERT(b->live && b->pending && b->gen == h >> INDEX_BITS && !b->t.writer);
   b->ptr = p, b->stream = stream, b->t.writer = ready, b->res = top;
   b->pending = false;
   touched(b);

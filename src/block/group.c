@@ -39,6 +39,8 @@ DV_NOINLINE void dv_group_dissolve(devrt_runtime* rt, dv_group* g) {
   for (unsigned k = 0; k < g->n; k++) {
     dv_blk* b = dv_blk_of(rt, g->h[k]); /* a member is live: a free dissolves its group first */
     lock(b);
+    DV_ASSERT(b->live && atomic_load_explicit(&b->group, memory_order_relaxed) == g);
+    DV_ASSERT(!b->t.writer && !(b->pins & FREEING)); /* a member's own track is empty */
     if ((b->t.writer = g->t.writer) != NULL) dv_pev_ref(b->t.writer);
     DV_ASSERT(b->t.nreaders == 0 &&
               g->t.nreaders <= b->t.capreaders); /* a group's list never grows */

@@ -113,6 +113,7 @@ DV_NOINLINE void dv_repeat_save(const dv_work* k, dv_pev* ev, uint32_t gain) {
   if (cold) /* (a lost update costs a save) */
     atomic_store_explicit(&es->rep_cold, (uint8_t)(cold - 1), memory_order_relaxed);
   if (!n || !ev || cold || !claim(es, DV_REP_SAVING)) return;
+  DV_ASSERT(ev->rt == k->rt && ev->slot == k->slot && !k->pinned); /* the launch's own mark */
   if (!es->rep) es->rep = malloc(sizeof *es->rep); /* no room: no repeat path on this slot */
   if (es->rep) {
     DV_ASSERT(n <= DEVRT_LAUNCH_MAX_USES);

@@ -335,6 +335,7 @@ static devrt_status pin_each(dv_work* k) {
   devrt_runtime* rt = k->rt;
   dv_uses* x = &k->x;
   const devrt_block_use* u = x->u;
+  DV_ASSERT(x->n <= DEVRT_LAUNCH_MAX_USES && !k->pinned && k->w.n == 0);
   dv_counts before = k->c;
   devrt_status st = DEVRT_OK;
   uint32_t d = 0;
@@ -497,6 +498,7 @@ static DV_NOINLINE DV_FLATTEN uint32_t finish_each(dv_work* k, dv_refs* r, bool 
     unlock(b);
   }
   uint32_t gain = r->gain;
+  DV_ASSERT(!ev || gain <= r->given); /* each record took at most the references given */
   dv_refs_apply(rt, r);
   if (again && n && ev && k->pinned && !g && !x->peer) dv_group_form(rt, x);
   return gain;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include "error.h" /* DV_ASSERT */
 
 /* What threads that write must not share: two 64-byte lines, as the adjacent-line prefetcher
  * of x86 cores moves lines in pairs (one line apart, two threads' counters still bounce). */
@@ -36,7 +37,12 @@ static inline void dv_spin_lock(dv_spin* l) {
   if (__builtin_expect(atomic_exchange_explicit(l, true, memory_order_acquire), 0)) dv_spin_wait(l);
 }
 static inline void dv_spin_unlock(dv_spin* l) {
-  atomic_store_explicit(l, false, memory_order_release);
+  DV_ASSERT(atomic_load_explicit(l, memory_order_relaxed)); /* held: unlocked once */
+  atomic_store_explicit(l, false, memory_order_release);    /* pairs with dv_spin_lock's acquire */
+}
+/* Whether some thread holds l (for asserts of "under l": the lock keeps no owner). */
+static inline bool dv_spin_held(dv_spin* l) {
+  return atomic_load_explicit(l, memory_order_relaxed);
 }
 
 #endif

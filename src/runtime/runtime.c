@@ -67,7 +67,7 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   char reason[256];
   DV_CHECK(choose_backend(cfg, &be, reason, sizeof reason));
   DV_CHECK(dv_fault_select(&be)); /* the fault-injecting wrapper, when enabled (tests) */
-  uint64_t serial = atomic_fetch_add(&next_serial, 1);
+  uint64_t serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed); /* unique */
   if (serial >= (1u << 20))
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
                    "devrt_runtime: more than 2^20 runtimes created in this process");
@@ -105,7 +105,9 @@ static devrt_status runtime_new(const devrt_config* cfg, bool owned, devrt_runti
   }
   pthread_mutex_init(&rt->events_mu, NULL);
   pthread_mutex_init(&rt->stack_mu, NULL);
-  atomic_store(&rt->magic, DV_RT_MAGIC);
+  /* release: a thread that sees the magic (dv_rt_ok) was handed rt by the caller, who ordered
+   * that after this return; the store itself publishes nothing else */
+  atomic_store_explicit(&rt->magic, DV_RT_MAGIC, memory_order_release);
   *out = rt;
   return DEVRT_OK;
 }
@@ -130,7 +132,8 @@ devrt_status devrt_runtime_destroy(devrt_runtime* rt) {
     return s;
   }
   dv_stack_fini(rt);
-  atomic_store(&rt->magic, 0);
+  atomic_store_explicit(&rt->magic, 0,
+                        memory_order_relaxed); /* later calls are the caller's race */
   dv_blocks_fini(rt);
   dv_events_fini(rt);
   dv_layouts_fini(rt);
@@ -148,7 +151,9 @@ static devrt_config configured[DEVRT_MAX_ORDINALS];
 static bool has_config[DEVRT_MAX_ORDINALS];
 static _Atomic unsigned creations;
 
-unsigned dv_runtime_creations(void) { return atomic_load(&creations); }
+unsigned dv_runtime_creations(void) {
+  return atomic_load_explicit(&creations, memory_order_relaxed);
+}
 
 devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
   DV_ARG_CHECK(ordinal >= 0 && ordinal < DEVRT_MAX_ORDINALS, "devrt_configure",
@@ -159,7 +164,7 @@ devrt_status devrt_configure(int ordinal, const devrt_config* cfg) {
   DV_CHECK(dv_config_check(&c, "devrt_configure"));
   pthread_mutex_lock(&registry_mu);
   devrt_status s = DEVRT_OK;
-  if (atomic_load(&registry[ordinal]))
+  if (atomic_load_explicit(&registry[ordinal], memory_order_relaxed)) /* under registry_mu */
     s = dv_fail(DEVRT_ERR_INVALID_STATE,
                 "devrt_configure: the runtime of ordinal %d already exists", ordinal);
   else {
@@ -191,7 +196,7 @@ devrt_status devrt_runtime_get(int ordinal, devrt_runtime** out) {
     c.ordinal = ordinal;
     if (s == DEVRT_OK) s = runtime_new(&c, false, &rt);
     if (s == DEVRT_OK) {
-      atomic_fetch_add(&creations, 1);
+      atomic_fetch_add_explicit(&creations, 1, memory_order_relaxed);
       atomic_store_explicit(&registry[ordinal], rt, memory_order_release);
     }
   }

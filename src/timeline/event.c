@@ -35,6 +35,7 @@ devrt_status devrt_event_create(devrt_runtime* rt, unsigned flags, devrt_event**
   ev->magic = DV_EV_MAGIC;
   ev->rt = rt;
   pthread_mutex_lock(&rt->events_mu);
+  DV_ASSERT(!rt->events || !rt->events->prev); /* the list's head has nothing before it */
   ev->next = rt->events;
   if (rt->events) rt->events->prev = ev;
   rt->events = ev;
@@ -52,6 +53,8 @@ static void event_free(devrt_runtime* rt, devrt_event* ev) {
 devrt_status devrt_event_destroy(devrt_runtime* rt, devrt_event* ev) {
   DV_EV_CHECK(rt, ev, "devrt_event_destroy");
   pthread_mutex_lock(&rt->events_mu);
+  DV_ASSERT(ev->prev ? ev->prev->next == ev : rt->events == ev); /* on the runtime's list */
+  DV_ASSERT(!ev->next || ev->next->prev == ev);
   if (ev->prev)
     ev->prev->next = ev->next;
   else
@@ -63,6 +66,7 @@ devrt_status devrt_event_destroy(devrt_runtime* rt, devrt_event* ev) {
 }
 
 void dv_events_fini(devrt_runtime* rt) {
+  DV_ASSERT(!dv_rt_ok(rt)); /* the runtime is being destroyed: no other call reaches the list */
   while (rt->events) {
     devrt_event* next = rt->events->next;
     event_free(rt, rt->events);

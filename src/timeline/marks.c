@@ -2,16 +2,18 @@
  * (no event creation on the hot path), reference counted (one launch's mark is shared by every
  * block it touched), ordered per slot, recorded lazily for launches (only once something needs
  * the point), with a completion watermark advanced by polls and synchronizes. */
-#include <assert.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "rt.h"
 
+/* Raises a completion watermark to v (never lowers it). release: pairs with the acquire loads of
+ * done_seq (dv_pev_passed), which then see what completed up to v. */
 static uint64_t max_store(_Atomic uint64_t* x, uint64_t v) {
   uint64_t cur = atomic_load_explicit(x, memory_order_relaxed);
   while (cur < v && !atomic_compare_exchange_weak_explicit(x, &cur, v, memory_order_release,
                                                            memory_order_relaxed)) {}
+  DV_ASSERT(atomic_load_explicit(x, memory_order_relaxed) >= v); /* a watermark only rises */
   return cur;
 }
 
@@ -27,6 +29,7 @@ static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev
   }
   p->slot = slot;
   p->rt = rt;
+  DV_ASSERT(slot < rt->nslots && atomic_load_explicit(&p->refs, memory_order_relaxed) == 0);
   atomic_fetch_add_explicit(&es->created, 1, memory_order_relaxed);
   *out = p;
   return DEVRT_OK;
@@ -34,11 +37,12 @@ static DV_NOINLINE devrt_status pev_new(devrt_runtime* rt, unsigned slot, dv_pev
 
 /* A free event of the slot, under es->mu (which it may drop and retake to create one). */
 DV_HOT static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot, dv_pev** out) {
+  /* acquire: pairs with dv_pev_unref_n's release push, which then shows the event's last use */
   if (!es->free) es->free = atomic_exchange_explicit(&es->back, NULL, memory_order_acquire);
   dv_pev* p = es->free;
   if (p) {
-    assert(atomic_load_explicit(&p->refs, memory_order_relaxed) ==
-           0); /* nobody holds a free event */
+    DV_ASSERT(atomic_load_explicit(&p->refs, memory_order_relaxed) == 0); /* nobody holds it */
+    DV_ASSERT(p->rt == rt && p->slot == slot);                            /* the slot's own */
     es->free = p->next;
     es->reused++;
   } else {
@@ -54,6 +58,7 @@ DV_HOT static devrt_status take(devrt_runtime* rt, dv_evslot* es, unsigned slot,
 
 /* Numbers p as the slot's newest point (under es->mu); returns the previous newest. */
 DV_HOT static dv_pev* publish(dv_evslot* es, dv_pev* p) {
+  DV_ASSERT(dv_spin_held(&es->mu));
   atomic_store_explicit(&p->refs, 2, memory_order_relaxed); /* the caller's and `last`'s */
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed) + 1;
   atomic_store_explicit(&p->seq, seq,
@@ -80,12 +85,15 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
     if (!atomic_compare_exchange_weak_explicit(&p->rec, &s, DV_PEV_RECORDING, memory_order_seq_cst,
                                                memory_order_acquire))
       continue;
-    if (p->seq <= atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_seq_cst)) {
+    /* seq_cst (both): as the CAS above, against dv_events_retire's raise of done_seq */
+    if (atomic_load_explicit(&p->seq, memory_order_seq_cst) <=
+        atomic_load_explicit(&rt->evslots[p->slot].done_seq, memory_order_seq_cst)) {
       /* complete: settled as DONE, so it can no longer move past work that nobody waits for */
       atomic_store_explicit(&p->rec, DV_PEV_DONE, memory_order_release);
       return DEVRT_OK;
     }
     devrt_status st = rt->be->event_record(p->ev, rt->slots[p->slot].s);
+    /* release: pairs with the acquire loads of rec (settled(), the waits of RECORDING) */
     atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY,
                           memory_order_release);
     if (st == DEVRT_OK) dv_slotset_add(&rt->polls, p->slot); /* after the state: see the poll */
@@ -100,6 +108,7 @@ DV_HOT devrt_status dv_pev_realize(devrt_runtime* rt, dv_pev* p, uint64_t* late)
 
 static bool settled(uint8_t rec) { return rec == DV_PEV_RECORDED || rec == DV_PEV_DONE; }
 
+/* acquire (both): pair with the releases that settle a mark and drop references to it */
 DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
   return p && !settled(atomic_load_explicit(&p->rec, memory_order_acquire)) &&
          atomic_load_explicit(&p->refs, memory_order_acquire) > 1 + (p == of ? drops : 0);
@@ -108,6 +117,8 @@ DV_HOT static bool needed(const dv_pev* p, const dv_pev* of, uint32_t drops) {
 DV_HOT devrt_status dv_slot_settle(devrt_runtime* rt, unsigned slot, const dv_pev* of,
                                    uint32_t drops, uint64_t* late) {
   dv_evslot* es = &rt->evslots[slot];
+  DV_ASSERT(slot < rt->nslots && (!of || of->slot == slot));
+  /* acquire: pairs with publish()'s release of `last` */
   if (!needed(atomic_load_explicit(&es->last, memory_order_acquire), of, drops))
     return DEVRT_OK;     /* the common case, lock-free: nothing else needs the newest point */
   dv_spin_lock(&es->mu); /* to hold the newest mark while recording it */
@@ -142,7 +153,8 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
   if (old) dv_pev_unref(rt, old);
   if (st != DEVRT_OK) return st;
   st = rt->be->event_record(p->ev, s);
-  /* failed: left lazy, for a later need to record on the slot's stream */
+  /* failed: left lazy, for a later need to record on the slot's stream. release: as in
+   * dv_pev_realize */
   atomic_store_explicit(&p->rec, st == DEVRT_OK ? DV_PEV_RECORDED : DV_PEV_LAZY,
                         memory_order_release);
   if (st != DEVRT_OK) {
@@ -155,6 +167,7 @@ devrt_status dv_pev_record(devrt_runtime* rt, unsigned slot, dv_stream* s, dv_pe
 }
 
 DV_HOT void dv_counts_add_locked(dv_evslot* es, const dv_counts* c) {
+  DV_ASSERT(dv_spin_held(&es->mu));
   _Pragma("GCC unroll 8") for (unsigned i = 0; i < 8; i++) es->n.v[i] += c->v[i];
 }
 
@@ -184,6 +197,8 @@ DV_HOT devrt_status dv_pev_mark(devrt_runtime* rt, unsigned slot, dv_pev** out, 
 
 DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint64_t* late) {
   DV_CHECK(dv_pev_realize(rt, p, late));
+  DV_ASSERT(settled(atomic_load_explicit(&p->rec, memory_order_relaxed))); /* realized */
+  /* acquire: pairs with the release that recorded it: the event is the recorded one */
   if (atomic_load_explicit(&p->rec, memory_order_acquire) != DV_PEV_RECORDED)
     return DEVRT_OK; /* complete before it was needed */
   return rt->be->stream_wait(s, p->ev);
@@ -191,23 +206,29 @@ DV_HOT devrt_status dv_pev_wait(devrt_runtime* rt, dv_stream* s, dv_pev* p, uint
 
 /* Safe to recycle at once: a wait already enqueued on the event keeps the point it captured. */
 DV_HOT void dv_pev_unref_n(devrt_runtime* rt, dv_pev* p, uint32_t n) {
+  /* acq_rel: the last drop sees every holder's use of the event before it recycles it */
   uint32_t was = atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel);
-  assert(was >= n); /* more references dropped than taken */
+  DV_ASSERT(was >= n); /* more references dropped than taken */
   if (was != n) return;
   (void)rt;
+  /* the last reference: a recording in progress holds one, so nobody is recording it */
+  DV_ASSERT(atomic_load_explicit(&p->rec, memory_order_relaxed) != DV_PEV_RECORDING);
   dv_evslot* es = &p->rt->evslots[p->slot];
   dv_pev* head = atomic_load_explicit(&es->back, memory_order_relaxed);
-  do p->next = head;
+  do p->next = head; /* release: pairs with take()'s acquire exchange */
   while (!atomic_compare_exchange_weak_explicit(&es->back, &head, p, memory_order_release,
                                                 memory_order_relaxed));
 }
 
+/* seq relaxed: final once the mark is settled (dv_pev_done reads rec first); an unsettled mark's
+ * is a snapshot (devrt_block_info_get). acquire: pairs with max_store's release. */
 DV_HOT bool dv_pev_passed(devrt_runtime* rt, const dv_pev* p) {
   (void)rt;
-  return p->seq <= atomic_load_explicit(&p->rt->evslots[p->slot].done_seq, memory_order_acquire);
+  return atomic_load_explicit(&p->seq, memory_order_relaxed) <=
+         atomic_load_explicit(&p->rt->evslots[p->slot].done_seq, memory_order_acquire);
 }
 
-/* A settled mark's seq is final (read after rec, which settles it with release). */
+/* A settled mark's seq is final (read after rec, which settles it with release: acquire pairs). */
 DV_HOT bool dv_pev_done(devrt_runtime* rt, const dv_pev* p) {
   return settled(atomic_load_explicit(&p->rec, memory_order_acquire)) && dv_pev_passed(rt, p);
 }
@@ -223,7 +244,8 @@ void dv_events_poll(devrt_runtime* rt) {
     if (!dv_slotset_take(&rt->polls, i)) continue; /* another poll took it */
     dv_evslot* es = &rt->evslots[i];
     dv_spin_lock(&es->mu);
-    dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed);
+    dv_pev* p = atomic_load_explicit(&es->last, memory_order_relaxed); /* under es->mu */
+    /* acquire: pairs with the release that recorded it */
     if (p && atomic_load_explicit(&p->rec, memory_order_acquire) == DV_PEV_RECORDED &&
         !dv_pev_done(rt, p))
       dv_pev_ref(p);
@@ -232,38 +254,45 @@ void dv_events_poll(devrt_runtime* rt) {
     dv_spin_unlock(&es->mu);
     if (!p) continue;
     bool done = false;
-    if (rt->be->event_query(p->ev, &done) == DEVRT_OK && done)
-      max_store(&es->done_seq, p->seq);
+    if (rt->be->event_query(p->ev, &done) == DEVRT_OK && done) /* RECORDED: its seq is final */
+      max_store(&es->done_seq, atomic_load_explicit(&p->seq, memory_order_relaxed));
     else
       dv_slotset_add(&rt->polls, i); /* still running (or the query failed): the next poll asks */
     dv_pev_unref(rt, p);
   }
 }
 
+/* acquire: pairs with publish()'s release of seq, after the work it numbers */
 uint64_t dv_events_sync_begin(devrt_runtime* rt, unsigned slot) {
+  DV_ASSERT(slot < rt->nslots);
   return atomic_load_explicit(&rt->evslots[slot].seq, memory_order_acquire);
 }
 
 void dv_events_sync_end(devrt_runtime* rt, unsigned slot, uint64_t seq) {
+  DV_ASSERT(slot < rt->nslots &&
+            seq <= atomic_load_explicit(&rt->evslots[slot].seq, memory_order_relaxed));
   max_store(&rt->evslots[slot].done_seq, seq);
 }
 
 void dv_events_retire(devrt_runtime* rt, unsigned slot) {
   dv_evslot* es = &rt->evslots[slot];
   dv_spin_lock(&es->mu);
+  /* seq_cst (load and CAS): as dv_pev_realize's CAS of rec and read of done_seq: either a
+   * realize sees this raise and settles DONE, or this retire's wait below sees its RECORDING */
   uint64_t seq = atomic_load_explicit(&es->seq, memory_order_relaxed),
-           cur = atomic_load(&es->done_seq);
-  while (cur < seq && !atomic_compare_exchange_weak(&es->done_seq, &cur,
-                                                    seq)) { /* seq_cst: see dv_pev_realize */
-  }
+           cur = atomic_load_explicit(&es->done_seq, memory_order_seq_cst);
+  while (cur < seq && !atomic_compare_exchange_weak_explicit(
+                          &es->done_seq, &cur, seq, memory_order_seq_cst, memory_order_seq_cst)) {}
   dv_pev* all = es->all; /* a node's `all` never changes once it is on the list */
   dv_spin_unlock(&es->mu);
   /* No new record starts (done_seq covers every mark); one in progress finishes on the live
    * stream: wait for it outside the lock (the slot's stream is not destroyed before). */
-  for (dv_pev* p = all; p; p = p->all)
-    while (atomic_load(&p->rec) == DV_PEV_RECORDING) sched_yield();
+  for (dv_pev* p = all; p; p = p->all) /* seq_cst: see the raise above */
+    while (atomic_load_explicit(&p->rec, memory_order_seq_cst) == DV_PEV_RECORDING) sched_yield();
 }
 
 const dv_pev* dv_slot_last(devrt_runtime* rt, unsigned slot) {
+  DV_ASSERT(slot < rt->nslots);
+  /* acquire: pairs with publish()'s release of `last` */
   return atomic_load_explicit(&rt->evslots[slot].last, memory_order_acquire);
 }

@@ -76,12 +76,16 @@ devrt_status dv_streams_check_unexported(devrt_runtime* rt, const dv_pool* pool,
 void dv_streams_reopen(devrt_runtime* rt) { live_add(rt); }
 
 static void push_free(dv_pool* p, unsigned i, dv_slot* slots) {
+  DV_ASSERT(atomic_load_explicit(&slots[i].id, memory_order_relaxed) == 0); /* not leased */
+  DV_ASSERT(slots[i].pool == p && (int)i != p->free_head);
   slots[i].next_free = p->free_head;
   p->free_head = (int)i;
 }
 
 /* Gives slot i back to the partitions' spare list (pool_mu held, or during init). */
 static void push_spare(devrt_runtime* rt, unsigned i) {
+  DV_ASSERT(i > rt->npool && i < rt->nslots); /* past the pool and the runtime's own slot */
+  DV_ASSERT(!rt->slots[i].s && !rt->slots[i].foreign && !rt->slots[i].exports);
   rt->slots[i].next_free = rt->spare_head;
   rt->spare_head = (int)i;
 }
@@ -110,6 +114,7 @@ devrt_status dv_stream_pool_init(devrt_runtime* rt) {
   rt->slots[rt->npool].next_free = -1;
   rt->spare_head = -1;
   for (unsigned i = rt->nslots; i-- > rt->npool + 1;) push_spare(rt, i);
+  DV_ASSERT(rt->pool.free_head == (rt->npool ? 0 : -1));
   pthread_mutex_init(&rt->pool_mu, NULL);
   pthread_cond_init(&rt->pool_cv, NULL);
   live_add(rt);
@@ -208,6 +213,8 @@ devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* c
 /* Leases free slot i of pool p (pool_mu held): creates its stream on first use. */
 static devrt_status lease(devrt_runtime* rt, dv_pool* p, int i, devrt_stream* out) {
   dv_slot* sl = &rt->slots[i];
+  DV_ASSERT(i == p->free_head && sl->pool == p && !sl->foreign);
+  DV_ASSERT(atomic_load_explicit(&sl->id, memory_order_relaxed) == 0 && p->in_use < p->n);
   if (!sl->s) {
     DV_CHECK(rt->be->stream_create(rt->dev, p->green, p->priority, &sl->s));
     p->created++;
@@ -217,6 +224,7 @@ static devrt_status lease(devrt_runtime* rt, dv_pool* p, int i, devrt_stream* ou
   sl->holders = 1;
   p->in_use++;
   devrt_stream id = DV_SID(rt->serial, i, sl->lease);
+  /* release: pairs with dv_stream_get's acquire, which then sees sl->s */
   atomic_store_explicit(&sl->id, id, memory_order_release);
   *out = id;
   return DEVRT_OK;
@@ -232,6 +240,7 @@ devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode m
     s = lease(rt, p, p->free_head, out);
   } else if (mode == DEVRT_ACQUIRE_SHARE) {
     dv_slot* sl = &rt->slots[p->slots[p->share_next]]; /* every slot is held: share round-robin */
+    DV_ASSERT(sl->holders > 0 && p->in_use == p->n);
     p->share_next = (p->share_next + 1) % p->n;
     sl->holders++;
     *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
@@ -253,6 +262,7 @@ devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, de
 
 devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out) {
   dv_slot* sl = &rt->slots[rt->npool];
+  /* acquire: pairs with the release below, which published sl->s */
   devrt_stream id = atomic_load_explicit(&sl->id, memory_order_acquire);
   devrt_status s = DEVRT_OK;
   if (!id) {
@@ -262,7 +272,7 @@ devrt_status dv_internal_stream(devrt_runtime* rt, devrt_stream* out) {
     if (!id && s == DEVRT_OK) {
       sl->lease = 1, sl->holders = 1;
       id = DV_SID(rt->serial, rt->npool, 1);
-      atomic_store_explicit(&sl->id, id, memory_order_release);
+      atomic_store_explicit(&sl->id, id, memory_order_release); /* pairs: the acquire above */
     }
     pthread_mutex_unlock(&rt->pool_mu);
   }
@@ -285,7 +295,9 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   if (s == DEVRT_OK) {
     unsigned i = DV_SID_SLOT(id);
     dv_slot* sl = &rt->slots[i];
+    DV_ASSERT(sl->holders > 0 && sl->pool && sl->pool->in_use > 0);
     if (--sl->holders == 0) {
+      /* release: a later lease's id store is ordered after this; readers of 0 need nothing */
       atomic_store_explicit(&sl->id, 0, memory_order_release);
       push_free(sl->pool, i, rt->slots);
       sl->pool->in_use--;
@@ -392,7 +404,7 @@ devrt_status devrt_stream_import(devrt_runtime* rt, void* native, devrt_stream* 
   sl->lease++;
   sl->holders = 1;
   devrt_stream id = DV_SID(rt->serial, i, sl->lease);
-  atomic_store_explicit(&sl->id, id, memory_order_release);
+  atomic_store_explicit(&sl->id, id, memory_order_release); /* pairs with dv_stream_get's acquire */
   *out = id;
 out:
   pthread_mutex_unlock(&rt->pool_mu);
@@ -425,7 +437,7 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream id) {
     pthread_mutex_lock(&rt->pool_mu);
     sl->holders = 1;
     sl->retiring = false;
-    atomic_store_explicit(&sl->id, id, memory_order_release);
+    atomic_store_explicit(&sl->id, id, memory_order_release); /* held again: as at the import */
     pthread_mutex_unlock(&rt->pool_mu);
     return s;
   }
