@@ -139,12 +139,14 @@ static inline void dv_account_query(const dv_mem_account* a, devrt_resource_figu
   q->granularity = a->granularity;
 }
 
-#define DV_RES_CHECK(r, call)                                                                    \
-  do {                                                                                           \
-    dv_error_clear(); /* a public call's entry: see error.h */                                   \
-    if (DV_UNLIKELY(!(r) || !(r)->vtable || __atomic_load_n(&(r)->refs, __ATOMIC_RELAXED) <= 0)) \
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call,    \
-                     (void*)(r));                                                                \
+/* A public call's entry on a resource: refuses NULL, a head never initialised and a released one
+ * (devrt_private is NULL from the last release on: resource.c). */
+#define DV_RES_CHECK(r, call)                                                                 \
+  do {                                                                                        \
+    dv_error_clear(); /* a public call's entry: see error.h */                                \
+    if (DV_UNLIKELY(!(r) || !(r)->vtable || !(r)->devrt_private))                             \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call, \
+                     (void*)(r));                                                             \
   } while (0)
 
 #endif
