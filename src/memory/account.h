@@ -51,14 +51,15 @@ extern _Atomic unsigned
     dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 /* The shards any thread has written below: a thread raises the span before it writes. */
 static inline unsigned dv_shard_end(void) {
-  return atomic_load_explicit(&dv_shard_span, memory_order_acquire);
+  return atomic_load_explicit(&dv_shard_span, memory_order_acquire); /* pairs: span()'s release */
 }
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) {
   return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign();
 }
 /* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store
- * on x86), so a reader that sees the sum also sees what this thread did before. */
+ * on x86), so a reader that sees the sum also sees what this thread did before: it pairs with the
+ * acquire loads of async.c's freed_sum (a free is counted after its pool_free returned). */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
   if (DV_LIKELY(s < DV_OWNED))
     atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
@@ -127,14 +128,16 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
 /* Fills the account's figures into q, one read of each shared count (leaves' query,
  * dv_account_live, refusal messages): live is what held has beyond the pending and cached bytes
  * read for the same answer, so the three never sum past held. The idle figures are read after
- * held and shard by shard, so a trim moving a block from cached to pending (pending added first)
- * or frees landing meanwhile can make them read past held: they are cut to it, cached first. */
+ * held and shard by shard (every load relaxed: the cut, not an order, keeps the answer within
+ * held), so a trim moving a block from cached to pending (pending added first) or frees landing
+ * meanwhile can make them read past held: they are cut to it, cached first. */
 static inline void dv_account_query(const dv_mem_account* a, devrt_resource_figures* q) {
-  uint64_t held = atomic_load_explicit(&a->held, memory_order_acquire);
+  uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed);
   uint64_t pending = dv_account_sum(a, DV_PENDING), cached = dv_account_sum(a, DV_CACHED);
   q->pending_bytes = pending < held ? pending : held;
   q->cached_bytes = cached < held - q->pending_bytes ? cached : held - q->pending_bytes;
   q->live_bytes = held - q->pending_bytes - q->cached_bytes;
+  DV_ASSERT(q->pending_bytes + q->cached_bytes <= held); /* the cut: the three sum to held */
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
 }

@@ -64,7 +64,9 @@ void dv_live_destroy(dv_live_table* t) {
  */
 static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
   entry *leaf = reserve(LEAF_SIZE), *seen = NULL;
-  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_acq_rel,
+  /* release: publishes the leaf to entry_of's acquire; the failure's acquire pairs with the
+   * winner's release */
+  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_release,
                                                        memory_order_acquire)) {
     munmap(leaf, LEAF_SIZE);
     leaf = seen;
@@ -79,13 +81,14 @@ static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
   if (DV_UNLIKELY(a & (~(uintptr_t)0 << ADDR_BITS | ((1u << UNIT_BITS) - 1))))
     return NULL; /* one test for both */
   _Atomic(entry*)* top = &t->top[a >> (UNIT_BITS + LEAF_BITS)];
-  entry* leaf = atomic_load_explicit(top, memory_order_acquire);
+  entry* leaf = atomic_load_explicit(top, memory_order_acquire); /* pairs: leaf_make's release */
   if (DV_UNLIKELY(!leaf) && (!make || !(leaf = leaf_make(top)))) return NULL;
   return &leaf[(a >> UNIT_BITS) & ((1u << LEAF_BITS) - 1)];
 }
 
 static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
   atomic_store_explicit(&e->tag, v->tag, memory_order_relaxed);
+  /* release: pairs with the acquire loads of dv_live_take (a take that sees the word sees tag) */
   atomic_store_explicit(&e->word, (uint64_t)size << 8 | 1, memory_order_release);
 }
 
@@ -127,6 +130,8 @@ static DV_NOINLINE devrt_status take_refused(const char* who, void* p, size_t si
 DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size,
                                     dv_live_entry* out) {
   entry* e = entry_of(t, p, false);
+  /* acquire (the load and both outcomes of the compare-and-swap): pairs with entry_set's
+   * release, so the tag read is the one stored with the word seen */
   uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
   while (w && w >> 8 == size) {
     out->tag = atomic_load_explicit(&e->tag, memory_order_relaxed);
@@ -218,7 +223,8 @@ static void event_give(async_res* a, dv_event* e) {
 static uint64_t freed_sum(async_res* a, unsigned i) {
   uint64_t n = 0;
   for (unsigned k = 0, end = dv_shard_end(); k < end; k++)
-    n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i], memory_order_acquire);
+    n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i],
+                              memory_order_acquire); /* pairs: dv_cell_add's release */
   return n;
 }
 
@@ -270,7 +276,8 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* r
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
-    atomic_store_explicit(&sl->retired, /* last: a reap that sees it sees the account moved */
+    /* last, a release: a reap that sees it (reap_slot's acquire) sees the account moved */
+    atomic_store_explicit(&sl->retired,
                           atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
                           memory_order_release);
     *reaped += b->bytes;
@@ -301,6 +308,7 @@ static void relist(async_res* a, unsigned i) {
 static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t* reaped) {
   aslot* sl = &a->slots[i];
   uint64_t upto = freed_sum(a, i);
+  /* acquire: pairs with retire's release (the account moved before retired grew) */
   if (upto == atomic_load_explicit(&sl->retired, memory_order_acquire) &&
       !dv_slotset_has(&a->pending, i))
     return DEVRT_OK; /* nothing pending here */
@@ -353,7 +361,7 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   v.top = 0;
   *reaped = 0;
   for (unsigned k = 0, end = dv_shard_end(); k < end && k < DV_OWNED; k++) {
-    uint64_t c =
+    uint64_t c = /* acquire: pairs with move_cur's release (the old cur slot is in pending) */
         atomic_load_explicit(&a->freed[(size_t)k * a->stride + a->nslots], memory_order_acquire);
     if (c) reap_once(a, &v, (unsigned)c - 1, flags, reaped, &first);
   }
@@ -372,7 +380,7 @@ static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
   }
   uint64_t was = atomic_load_explicit(cur, memory_order_relaxed);
   if (was) dv_slotset_add(&a->pending, (unsigned)was - 1);
-  atomic_store_explicit(cur, i + 1, memory_order_release);
+  atomic_store_explicit(cur, i + 1, memory_order_release); /* pairs: async_reap's acquire */
 }
 
 static DV_HOT devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
@@ -559,13 +567,13 @@ static void async_stream_retired(devrt_resource* r, devrt_stream stream) {
   pthread_mutex_lock(&sl->mu);
   for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--)
     event_give(a, sl->q[sl->head].ev); /* all complete */
-  uint64_t upto = freed_sum(a, slot),
-           n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
+  uint64_t upto = freed_sum(a, slot),  /* frees before the synchronize too: */
+      n = upto - atomic_load_explicit(&sl->retired, memory_order_relaxed); /* written under mu */
   sl->covered = upto;
   dv_account_release(acc, n);
   dv_account_sub(acc, DV_PENDING, n);
   atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
-  atomic_store(&sl->retired, upto);
+  atomic_store_explicit(&sl->retired, upto, memory_order_release); /* as retire's */
   relist(a, slot);
   pthread_mutex_unlock(&sl->mu);
 }

@@ -23,7 +23,9 @@ typedef struct budget {
 
 #define MAX_FALLBACK_RETRIES 16
 
-static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
+/* The budget's words (limit, live, fallbacks, the account's held) are counts and limits that
+ * publish no other data: every access to them is relaxed, as the account's own admission. */
+static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
 
 /* Two ways to admit, as the builder chose (devrt_budget_scope). A DEVICE budget owns its stack's
  * account: it puts its limit there, and a leaf admits new device memory with one compare-and-swap
@@ -38,7 +40,7 @@ static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
   do {
     if (v + n > atomic_load_explicit(&b->limit, memory_order_relaxed) || v + n < v) return false;
-  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_seq_cst,
+  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_relaxed,
                                                   memory_order_relaxed));
   return true;
 }
@@ -88,7 +90,8 @@ static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, co
     bool refused_here = !b->owns && !admit(b, n);
     if (!refused_here) {
       s = first != NOT_TRIED ? first : UP_ALLOCATE(&b->r, size, stream, tag, out);
-      if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
+      if (!b->owns && s != DEVRT_OK) /* roll the reservation back */
+        atomic_fetch_sub_explicit(&b->live, n, memory_order_relaxed);
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
     devrt_status rs = DEVRT_OK;
@@ -108,7 +111,7 @@ static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stre
     if (s == DEVRT_OK) return DEVRT_OK;
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
-    atomic_fetch_add(&b->fallbacks, 1);
+    atomic_fetch_add_explicit(&b->fallbacks, 1, memory_order_relaxed);
     if (!b->fallback(b->fallback_user, size, tag, s)) return s;
   }
 }
@@ -126,7 +129,8 @@ static DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, si
                                                 devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
-  if (DV_UNLIKELY(!b->owns)) atomic_fetch_sub(&b->live, charge(b, size));
+  if (DV_UNLIKELY(!b->owns))
+    atomic_fetch_sub_explicit(&b->live, charge(b, size), memory_order_relaxed);
   return DEVRT_OK;
 }
 
@@ -143,8 +147,10 @@ static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out)
 
 static void budget_destroy(devrt_resource* r) {
   if (((budget*)r)->owns) {
-    atomic_store(&r->account->limit, UINT64_MAX);
-    atomic_store(&r->account->owner, 0);
+    atomic_store_explicit(&r->account->limit, UINT64_MAX, memory_order_relaxed);
+    /* release: pairs with the acquire of the next owner's compare-and-swap in create, so its
+     * limit is stored after the one above */
+    atomic_store_explicit(&r->account->owner, 0, memory_order_release);
   }
   free(r);
 }
@@ -173,7 +179,11 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
                   "devrt_budget_create: a DEVICE budget needs devrt's async or "
                   "simple resource at the bottom of the stack (%s has none)",
                   upstream->name);
-    else if (!atomic_compare_exchange_strong(&b->r.account->owner, &owner, (uintptr_t)b))
+    /* acq_rel: the acquire pairs with the release in budget_destroy (the previous owner's limit
+     * reset comes before this one's limit); the release publishes b's head to a creator whose
+     * compare-and-swap fails and reads its name (the failure's acquire) */
+    else if (!atomic_compare_exchange_strong_explicit(&b->r.account->owner, &owner, (uintptr_t)b,
+                                                      memory_order_acq_rel, memory_order_acquire))
       s = dv_fail(DEVRT_ERR_INVALID_STATE,
                   "devrt_budget_create: the stack under %s already has a DEVICE budget (%s)",
                   upstream->name, ((budget*)owner)->r.name);
@@ -182,7 +192,7 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
       return s;
     }
     b->owns = true;
-    atomic_store(&b->r.account->limit, limit);
+    atomic_store_explicit(&b->r.account->limit, limit, memory_order_relaxed);
   }
   if (o) {
     b->wait_for_pending = o->wait_for_pending;
@@ -230,7 +240,7 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call,
                    limit, cap);
-  atomic_store(&b->limit, limit);
-  if (b->owns) atomic_store(&r->account->limit, limit);
+  atomic_store_explicit(&b->limit, limit, memory_order_relaxed);
+  if (b->owns) atomic_store_explicit(&r->account->limit, limit, memory_order_relaxed);
   return DEVRT_OK;
 }

@@ -264,7 +264,7 @@ static void poll_fences(cache* c, slot* t) {
     if (c->base.rt->be->event_query(t->fq->ev, &done) != DEVRT_OK || !done) return;
     fence* f = t->fq;
     if (f->epoch > atomic_load_explicit(&t->done, memory_order_relaxed)) /* forget may be ahead */
-      atomic_store_explicit(&t->done, f->epoch, memory_order_release);
+      atomic_store_explicit(&t->done, f->epoch, memory_order_release);   /* pairs: take_from's */
     if (!(t->fq = f->next)) t->fq_tail = NULL;
     f->next = t->ffree, t->ffree = f;
   }
@@ -306,6 +306,7 @@ static void fence_ahead(cache* c, slot* t) {
  * when the free is not yet known complete, the fence work under fmu alone, then the test again. */
 static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
   slot* t = &c->slots[i];
+  /* acquire: pairs with the release stores of done (poll_fences, caching_stream_retired) */
   uint64_t upto = atomic_load_explicit(&t->done, memory_order_acquire);
   for (bool settled = false;; settled = true) {
     rec* b = NULL;
@@ -356,6 +357,7 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
     if (b) {
       b->tag = tag;
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
+      /* release: pairs with the acquire in caching_deallocate_tagged (tag and req come first) */
       atomic_store_explicit(&b->state, LIVE, memory_order_release);
       if (c->o.max_cached_bytes)
         atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
@@ -402,6 +404,7 @@ DV_HOT static devrt_status caching_deallocate_tagged(devrt_resource* self, void*
   rec** at = sh->b ? hash_find(sh, h, ptr) : NULL;
   rec* b = at ? *at : NULL;
   devrt_status st = DEVRT_OK;
+  /* acquire: pairs with caching_allocate's release (the allocation's tag and size) */
   bool live = b && atomic_load_explicit(&b->state, memory_order_acquire) == LIVE;
   size_t req = b ? atomic_load_explicit(&b->req, memory_order_relaxed) : 0;
   if (!b)
@@ -634,7 +637,8 @@ static void caching_stream_retired(devrt_resource* r, devrt_stream stream) {
   slot* t = &((cache*)r)->slots[DV_SID_SLOT(stream)];
   pthread_mutex_lock(&t->fmu); /* no record on the old stream is in flight past this */
   dv_spin_lock(&t->mu);
-  atomic_store_explicit(&t->done, t->open++, memory_order_release); /* all frees so far: done */
+  /* all frees so far: done (release: pairs with take_from's acquire) */
+  atomic_store_explicit(&t->done, t->open++, memory_order_release);
   t->bs = NULL; /* until a free on the slot's next stream */
   dv_spin_unlock(&t->mu);
   pthread_mutex_unlock(&t->fmu);

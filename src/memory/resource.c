@@ -17,6 +17,8 @@ static pthread_key_t shard_key; /* its destructor gives the owned shard back */
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
 static void shard_give_back(void* v) {
+  /* release: pairs with the acquire that takes the bit in dv_shard_assign, so the next owner
+   * continues from this thread's last plain stores to the shard's cells (dv_cell_add) */
   atomic_fetch_and_explicit(&owned, ~(1ull << ((uintptr_t)v - 1)), memory_order_release);
   dv_tshard = DV_SHARDS; /* a later call from another key's destructor takes a shard again */
 }
@@ -24,7 +26,8 @@ static void shard_key_init(void) {
   if (pthread_key_create(&shard_key, shard_give_back)) shard_key = (pthread_key_t)-1;
 }
 
-/* This thread takes shard i: raises the span before the thread writes anything there. */
+/* This thread takes shard i: raises the span before the thread writes anything there. The
+ * release pairs with the acquire in dv_shard_end. */
 static unsigned span(unsigned i) {
   unsigned v = atomic_load_explicit(&dv_shard_span, memory_order_relaxed);
   while (v <= i && !atomic_compare_exchange_weak_explicit(
@@ -39,12 +42,13 @@ unsigned dv_shard_assign(void) {
   uint64_t v = atomic_load_explicit(&owned, memory_order_relaxed);
   while (~v && shard_key != (pthread_key_t)-1) {
     unsigned i = (unsigned)__builtin_ctzll(~v);
+    /* acquire: pairs with the release in shard_give_back (the last owner's cell values) */
     if (atomic_compare_exchange_weak_explicit(&owned, &v, v | 1ull << i, memory_order_acquire,
                                               memory_order_relaxed)) {
       if (pthread_setspecific(
               shard_key,
               (void*)(uintptr_t)(i + 1))) { /* cannot give it back at exit: keep it shared */
-        atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release);
+        atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release); /* as give_back */
         break;
       }
       return span(i);

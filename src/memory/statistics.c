@@ -241,6 +241,7 @@ static uint64_t st_hash(uintptr_t k) {
 /* The entry a tag address was seen with, or NULL (not yet, or the table was full). */
 static DV_INLINE st_set* st_find(dv_stats* S, const char* tag) {
   for (size_t i = st_hash((uintptr_t)tag) & (ST_SLOTS - 1);; i = (i + 1) & (ST_SLOTS - 1)) {
+    /* acquire: pairs with st_tag_add's release (pair is set before the key) */
     const char* k = atomic_load_explicit(&S->slots[i].key, memory_order_acquire);
     if (k == tag) return S->slots[i].pair;
     if (!k) return NULL;
@@ -272,7 +273,7 @@ static DV_NOINLINE st_set* st_tag_add(dv_stats* S, const char* tag) {
       while (atomic_load_explicit(&S->slots[i].key, memory_order_relaxed))
         i = (i + 1) & (ST_SLOTS - 1);
       S->slots[i].pair = p;
-      atomic_store_explicit(&S->slots[i].key, tag, memory_order_release);
+      atomic_store_explicit(&S->slots[i].key, tag, memory_order_release); /* pairs: st_find */
       S->nslots++;
     }
   }

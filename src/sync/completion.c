@@ -192,7 +192,7 @@ void dv_device_lost(devrt_runtime* rt, const char* msg) {
   bool first = !atomic_load_explicit(&q->lost, memory_order_relaxed);
   if (first) {
     snprintf(q->lost_msg, sizeof q->lost_msg, "%s", m);
-    atomic_store_explicit(&q->lost, true, memory_order_release);
+    atomic_store_explicit(&q->lost, true, memory_order_release); /* pairs: devrt_queue_submit */
   }
   pthread_mutex_unlock(&q->mu);
   if (!first) return;

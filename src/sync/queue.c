@@ -299,7 +299,7 @@ static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l
                  what, i, (void*)s, s->rt->cfg.ordinal);
     DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit",
                  "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
-    uint64_t cur = atomic_load_explicit(&s->value, memory_order_acquire);
+    uint64_t cur = atomic_load_explicit(&s->value, memory_order_relaxed); /* a number to check */
     DV_ARG_CHECK(!signal || l[i].value > cur, "devrt_queue_submit",
                  "signal %u: value %" PRIu64 " is not above the current %" PRIu64
                  " of semaphore %p",
@@ -388,6 +388,7 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   size_t argbytes = 0;
   devrt_block blk = 0;
   devrt_status st = validate(rt, sub, &nargs, &argbytes);
+  /* acquire: pairs with dv_device_lost's release (lost_msg is written before) */
   if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))
     st = dv_fail(DEVRT_ERR_DEVICE_LOST, "devrt_queue_submit: %s", q->lost_msg);
   if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC)

@@ -13,7 +13,7 @@
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
 #define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */
 
-bool dv_sem_ok(devrt_semaphore* s) {
+bool dv_sem_ok(devrt_semaphore* s) { /* acquire: pairs with devrt_semaphore_create's release */
   return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC;
 }
 #define SEM_CHECK(s, call)                                                             \
@@ -39,6 +39,8 @@ void dv_sem_ref(devrt_semaphore* s) {
 }
 
 void dv_sem_unref(devrt_semaphore* s) {
+  /* acq_rel: each holder's release pairs with the last one's acquire: the free comes after every
+   * holder's use */
   if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_mutex_destroy(&s->mu);
   free(s->dev.v);
@@ -122,10 +124,12 @@ static void fire_upto(devrt_semaphore* s, dv_wlist* l, uint64_t v, bool sched) {
   }
 }
 
+/* The scheduled watermark, read without mu: acquire, pairing with raise_sched's release; raised
+ * under mu. */
 static uint64_t sched(devrt_semaphore* s) {
   return atomic_load_explicit(&s->scheduled, memory_order_acquire);
 }
-static void raise_sched(devrt_semaphore* s, uint64_t v) { /* under mu */
+static void raise_sched(devrt_semaphore* s, uint64_t v) {
   if (sched(s) < v) atomic_store_explicit(&s->scheduled, v, memory_order_release);
 }
 
@@ -176,6 +180,8 @@ static bool release_check(devrt_semaphore* s, bool gpu) {
 }
 
 static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
+  /* release: pairs with the acquire loads of the waiters (check, poll_all, devrt_semaphore_query):
+   * a host waiter that sees v reached sees what the signaller did before */
   atomic_store_explicit(&s->value, v, memory_order_release);
   raise_sched(s, v);
   if (gpu) atomic_fetch_add_explicit(&s->rt->q->completions, 1, memory_order_relaxed);
@@ -185,6 +191,8 @@ static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
 }
 
 static bool kill(devrt_semaphore* s, int state) {
+  /* release: pairs with the acquire loads of check, gone and devrt_semaphore_failure (cause and
+   * msg are written before) */
   atomic_store_explicit(&s->state, state, memory_order_release);
   while (s->head) drop_tp(s, s->head);
   for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], UINT64_MAX, false);
@@ -370,7 +378,7 @@ void dv_sems_forget(devrt_runtime* rt, devrt_runtime* other) {
 /* ---- host waits ---- */
 
 static devrt_status gone(devrt_semaphore* s, const char* call) {
-  if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED)
+  if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED) /* pairs: kill */
     return dv_fail(DEVRT_ERR_CANCELLED, "%s: semaphore %p was destroyed while the call waited",
                    call, (void*)s);
   return dv_fail(DEVRT_ERR_ABORTED, "%s: semaphore %p failed: %s: %s", call, (void*)s,
@@ -383,6 +391,7 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
                           devrt_wait_mode mode, unsigned* idx, const char* call) {
   unsigned met = 0, any = 0;
   for (unsigned i = 0; i < n; i++) {
+    /* acquire: pairs with kill's release (state) and advance's (value) */
     if (atomic_load_explicit(&s[i]->state, memory_order_acquire) != SEM_LIVE) {
       *idx = i;
       return gone(s[i], call);
@@ -409,7 +418,8 @@ static void poll(devrt_semaphore* s, uint64_t v) {
 
 static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
   for (unsigned i = 0; i < n; i++)
-    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) poll(s[i], v[i]);
+    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) /* pairs: advance */
+      poll(s[i], v[i]);
 }
 
 /* Sleeps on w with a node in each semaphore not yet satisfied, until one fires (a completion, a
@@ -496,7 +506,8 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
   return dv_fail(DEVRT_ERR_TIMEOUT,
                  "%s: %u semaphore(s) (first %p at %" PRIu64 ", waiting for %" PRIu64
                  ") not reached within %" PRIu64 " ns",
-                 call, n, (void*)s[0], atomic_load(&s[0]->value), v[0], timeout);
+                 call, n, (void*)s[0], atomic_load_explicit(&s[0]->value, memory_order_relaxed),
+                 v[0], timeout);
 }
 
 /* ---- public ---- */
@@ -514,15 +525,17 @@ devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_s
   atomic_init(&s->scheduled, initial);
   pthread_mutex_init(&s->mu, NULL);
   dv_queue_add_sem(rt, s);
-  atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release);
+  atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release); /* pairs: dv_sem_ok */
   *out = s;
   return DEVRT_OK;
 }
 
 devrt_status devrt_semaphore_destroy(devrt_semaphore* s) {
   uint64_t m = SEM_MAGIC;
-  DV_ARG_CHECK(s && atomic_compare_exchange_strong(&s->magic, &m, 0), "devrt_semaphore_destroy",
-               "semaphore %p is NULL or destroyed", (void*)s);
+  /* acquire: pairs with devrt_semaphore_create's release; one destroy wins */
+  DV_ARG_CHECK(s && atomic_compare_exchange_strong_explicit(&s->magic, &m, 0, memory_order_acquire,
+                                                            memory_order_relaxed),
+               "devrt_semaphore_destroy", "semaphore %p is NULL or destroyed", (void*)s);
   pthread_mutex_lock(&s->mu);
   bool kick = kill(s, SEM_DESTROYED);
   pthread_mutex_unlock(&s->mu);
@@ -559,8 +572,8 @@ devrt_status devrt_semaphore_query(devrt_semaphore* s, uint64_t* value) {
   uint64_t oldest = s->head ? s->head->value : 0;
   pthread_mutex_unlock(&s->mu);
   if (oldest) poll(s, oldest);
-  int state = atomic_load_explicit(&s->state, memory_order_acquire);
-  *value = atomic_load_explicit(&s->value, memory_order_acquire);
+  int state = atomic_load_explicit(&s->state, memory_order_acquire); /* pairs: kill's release */
+  *value = atomic_load_explicit(&s->value, memory_order_acquire);    /* pairs: advance's */
   return state == SEM_LIVE ? DEVRT_OK : gone(s, "devrt_semaphore_query");
 }
 
@@ -585,6 +598,7 @@ devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status,
                                      const char** message) {
   SEM_CHECK(s, "devrt_semaphore_failure");
   DV_ARG_CHECK(status && message, "devrt_semaphore_failure", "status or message is NULL");
+  /* acquire: pairs with kill's release (cause and msg were written before) */
   bool failed = atomic_load_explicit(&s->state, memory_order_acquire) == SEM_FAILED;
   *status = failed ? s->cause : DEVRT_OK;
   *message = failed ? s->msg : "";
