@@ -51,7 +51,9 @@ extern _Atomic unsigned
     dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 /* The shards any thread has written below: a thread raises the span before it writes. */
 static inline unsigned dv_shard_end(void) {
-  return atomic_load_explicit(&dv_shard_span, memory_order_acquire); /* pairs: span()'s release */
+  unsigned end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); /* pairs: span() */
+  DV_ASSERT(end <= DV_SHARDS);
+  return end;
 }
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) {
@@ -61,6 +63,7 @@ static inline unsigned dv_shard(void) {
  * on x86), so a reader that sees the sum also sees what this thread did before: it pairs with the
  * acquire loads of async.c's freed_sum (a free is counted after its pool_free returned). */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
+  DV_ASSERT(s == dv_tshard && s < DV_SHARDS); /* this thread's shard: a plain store is safe */
   if (DV_LIKELY(s < DV_OWNED))
     atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
                           memory_order_release);
@@ -84,6 +87,7 @@ static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
 
 /* Adds n bytes to a figure (on this thread's shard s: dv_shard(), read once by a hot path). */
 static inline void dv_account_add_at(dv_mem_account* a, unsigned s, int fig, uint64_t n) {
+  DV_ASSERT((unsigned)fig < DV_NFIGS);
   dv_cell_add(&a->sh[s].f[fig], n, s);
 }
 static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
@@ -108,7 +112,9 @@ static inline bool dv_account_admit(dv_mem_account* a, uint64_t n) {
   return true;
 }
 static inline void dv_account_release(dv_mem_account* a, uint64_t n) {
-  atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
+  uint64_t was = atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
+  DV_ASSERT(was >= n); /* held never falls below zero: only admitted bytes are given back */
+  (void)was;
 }
 /* The refusal a leaf returns when admission fails (a budget above turns it into its own). */
 devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n,

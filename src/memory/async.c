@@ -87,6 +87,10 @@ static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
 }
 
 static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
+  /* an allocation starts where none is live (the pool cannot hand out a live address, and a
+   * put back follows its take), with a size the word holds */
+  DV_ASSERT(!atomic_load_explicit(&e->word, memory_order_relaxed) &&
+            !((uint64_t)size >> SIZE_BITS));
   atomic_store_explicit(&e->tag, v->tag, memory_order_relaxed);
   /* release: pairs with the acquire loads of dv_live_take (a take that sees the word sees tag) */
   atomic_store_explicit(&e->word, (uint64_t)size << 8 | 1, memory_order_release);
@@ -143,7 +147,9 @@ DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, 
 }
 
 void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e) {
-  entry_set(entry_of(t, p, false), size, e); /* the take found it: its leaf exists */
+  entry* at = entry_of(t, p, false);
+  DV_ASSERT(at); /* the take found it: its leaf exists */
+  entry_set(at, size, e);
 }
 
 /* ---- the async resource ---- */
@@ -237,6 +243,7 @@ static uint64_t freed_sum(async_res* a, unsigned i) {
 static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
   aslot* sl = &a->slots[i];
   devrt_runtime* rt = a->base.rt;
+  DV_ASSERT(i < a->nslots && upto > sl->covered); /* a batch holds new frees only */
   if (sl->n == sl->cap) {
     unsigned cap = sl->cap ? sl->cap * 2 : 8;
     batch* q = malloc(cap * sizeof *q);
@@ -258,6 +265,7 @@ static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
   }
   sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, upto - sl->covered};
   sl->covered = upto;
+  DV_ASSERT(sl->n <= sl->cap && sl->head < sl->cap);
   return DEVRT_OK;
 }
 
@@ -273,6 +281,9 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* r
     bool done = atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes <= synced;
     if (!done) DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
+    /* retired never passes covered: a batch retires only what it batched */
+    DV_ASSERT(b->bytes &&
+              atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes <= sl->covered);
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
@@ -288,11 +299,21 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* r
   return DEVRT_OK;
 }
 
+/* The bytes of a slot's batches (asserts only; under its mu). */
+static __attribute__((unused)) uint64_t batched(const aslot* sl) {
+  uint64_t n = 0;
+  for (unsigned k = 0; k < sl->n; k++) n += sl->q[(sl->head + k) % sl->cap].bytes;
+  return n;
+}
+
 /* Under sl->mu: slot i stays in `pending` while anything freed there is not retired; a take is
  * checked again (the sum may have grown by an add the take removed). */
 static void relist(async_res* a, unsigned i) {
   aslot* sl = &a->slots[i];
-  DV_ASSERT(sl->covered >= atomic_load_explicit(&sl->retired, memory_order_relaxed));
+  uint64_t retired = atomic_load_explicit(&sl->retired, memory_order_relaxed);
+  DV_ASSERT(sl->covered >= retired);
+  DV_ASSERT(batched(sl) == sl->covered - retired); /* what is batched and not retired */
+  (void)retired;
   if (sl->n || freed_sum(a, i) != sl->covered) {
     if (!dv_slotset_has(&a->pending, i)) dv_slotset_add(&a->pending, i); /* takes hold mu too */
   } else if (dv_slotset_take(&a->pending, i) && freed_sum(a, i) != sl->covered)
@@ -374,6 +395,7 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
  * frees there before it. A shared shard has no cur of its own: each free adds its slot. */
 static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
   _Atomic uint64_t* cur = &a->freed[(size_t)k * a->stride + a->nslots];
+  DV_ASSERT(i < a->nslots && k < DV_SHARDS);
   if (k >= DV_OWNED) {
     dv_slotset_add(&a->pending, i);
     return;
@@ -419,6 +441,7 @@ static DV_HOT devrt_status async_deallocate_tagged(devrt_resource* self, void* p
   uint64_t rounded = dv_round(self->account, size);
   *tag = e.tag;
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
+  DV_ASSERT(i < a->nslots); /* dv_stream_get found the stream: its slot is the runtime's */
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
   _Atomic uint64_t* row = &a->freed[(size_t)k * a->stride];
   dv_cell_add(&row[i], rounded, k); /* a release: after the pool_free */
@@ -501,6 +524,7 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   g &= ~g + 1; /* its power-of-two part, at least 256 */
   if (g < 256) g = 256;
   *out = used >= 256 && used < g && !(used & (used - 1)) ? used : g;
+  DV_ASSERT(*out >= 256 && !(*out & (*out - 1))); /* account.h: a power of two */
   return DEVRT_OK;
 }
 
@@ -567,8 +591,10 @@ static void async_stream_retired(devrt_resource* r, devrt_stream stream) {
   pthread_mutex_lock(&sl->mu);
   for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--)
     event_give(a, sl->q[sl->head].ev); /* all complete */
-  uint64_t upto = freed_sum(a, slot),  /* frees before the synchronize too: */
-      n = upto - atomic_load_explicit(&sl->retired, memory_order_relaxed); /* written under mu */
+  /* everything freed here, before the synchronize too (retired is written under mu) */
+  uint64_t upto = freed_sum(a, slot);
+  uint64_t n = upto - atomic_load_explicit(&sl->retired, memory_order_relaxed);
+  DV_ASSERT(upto >= sl->covered); /* a column's sum only grows; covered was read from it */
   sl->covered = upto;
   dv_account_release(acc, n);
   dv_account_sub(acc, DV_PENDING, n);

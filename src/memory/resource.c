@@ -17,9 +17,13 @@ static pthread_key_t shard_key; /* its destructor gives the owned shard back */
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
 static void shard_give_back(void* v) {
+  uint64_t bit = 1ull << ((uintptr_t)v - 1);
+  DV_ASSERT((uintptr_t)v - 1 < DV_OWNED && (uintptr_t)v - 1 == dv_tshard);
   /* release: pairs with the acquire that takes the bit in dv_shard_assign, so the next owner
    * continues from this thread's last plain stores to the shard's cells (dv_cell_add) */
-  atomic_fetch_and_explicit(&owned, ~(1ull << ((uintptr_t)v - 1)), memory_order_release);
+  uint64_t was = atomic_fetch_and_explicit(&owned, ~bit, memory_order_release);
+  DV_ASSERT(was & bit); /* the thread gives back the shard it took */
+  (void)was;
   dv_tshard = DV_SHARDS; /* a later call from another key's destructor takes a shard again */
 }
 static void shard_key_init(void) {
@@ -32,6 +36,7 @@ static unsigned span(unsigned i) {
   unsigned v = atomic_load_explicit(&dv_shard_span, memory_order_relaxed);
   while (v <= i && !atomic_compare_exchange_weak_explicit(
                        &dv_shard_span, &v, i + 1, memory_order_release, memory_order_relaxed)) {}
+  DV_ASSERT(i < DV_SHARDS && atomic_load_explicit(&dv_shard_span, memory_order_relaxed) > i);
   dv_tshard = i;
   return i;
 }

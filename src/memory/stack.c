@@ -12,6 +12,7 @@
       DV_KEEP_ERROR(devrt_resource_release(*(top))); \
       return s_;                                     \
     }                                                \
+    DV_ASSERT(next_ && next_->upstream == *(top));   \
     devrt_resource_release(*(top));                  \
     *(top) = next_;                                  \
   } while (0)
@@ -29,6 +30,8 @@ devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t l
   }
   devrt_budget_options bo = {.limit_bytes = limit, .scope = DEVRT_BUDGET_DEVICE};
   PUSH(top, devrt_budget_create(*top, &bo, &next_));
+  DV_ASSERT(dv_budget_is(*top) &&
+            (*top)->account); /* a DEVICE budget on the async leaf's account */
   return DEVRT_OK;
 }
 
@@ -48,6 +51,7 @@ devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
                                         : rt->info.total_memory / 100 * rt->cfg.budget_percent;
   if (!r && (s = dv_stack_build(rt, &rt->cfg, limit, &r)) == DEVRT_OK)
     atomic_store_explicit(&rt->stack, r, memory_order_release); /* pairs: the acquire above */
+  DV_ASSERT(s != DEVRT_OK || (r && r->rt == rt)); /* built on first use, for this runtime */
   pthread_mutex_unlock(&rt->stack_mu);
   if (s == DEVRT_OK) *out = r;
   return s;

@@ -104,7 +104,9 @@ static void st_set_fini(st_set* s) {
 }
 
 /* Whether a cell lock is taken (asserts only: the caller's, where it must hold it). */
-static bool st_held(dv_spin* l) { return atomic_load_explicit(l, memory_order_relaxed); }
+static __attribute__((unused)) bool st_held(dv_spin* l) {
+  return atomic_load_explicit(l, memory_order_relaxed);
+}
 
 /* sum(quota) of s (asserts and st_settle; every cell locked). */
 static int64_t st_quotas(const st_set* s, int k) {
