@@ -35,13 +35,22 @@ static inline void cpu_relax(void) {
 }
 
 void dv_sem_ref(devrt_semaphore* s) {
-  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  uint32_t was = atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  DV_ASSERT(was > 0); /* taken through a reference the caller holds */
+  (void)was;
 }
 
 void dv_sem_unref(devrt_semaphore* s) {
   /* acq_rel: each holder's release pairs with the last one's acquire: the free comes after every
    * holder's use */
-  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+  uint32_t was = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+  DV_ASSERT(was > 0);
+  if (was != 1) return;
+  /* The user's reference goes only with destroy (the kill drops the signals and fires the
+   * waiters), and every list, waiter and parked submission holds one: nothing is left. */
+  DV_ASSERT(atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_DESTROYED);
+  DV_ASSERT(!s->head && !s->ntps && !s->waiters[0].head && !s->waiters[1].head);
+  DV_ASSERT(!s->dev.n && !s->host.n && !s->queued && !s->watched);
   pthread_mutex_destroy(&s->mu);
   free(s->dev.v);
   free(s->host.v);
@@ -51,6 +60,15 @@ void dv_sem_unref(devrt_semaphore* s) {
 /* ---- parked heaps ---- */
 
 static uint64_t heap_min(const dv_heap* h) { return h->n ? h->v[0].value : UINT64_MAX; }
+
+/* The heap order around entry i: its parent's value <= its own <= its children's (asserts only:
+ * the entry a push or a pop placed). */
+static __attribute__((unused)) bool heap_ok_at(const dv_heap* h, unsigned i) {
+  uint64_t v = h->v[i].value;
+  return i < h->n && (!i || h->v[(i - 1) / 2].value <= v) &&
+         (2 * i + 1 >= h->n || v <= h->v[2 * i + 1].value) &&
+         (2 * i + 2 >= h->n || v <= h->v[2 * i + 2].value);
+}
 
 static bool heap_push(dv_heap* h, uint64_t v, dv_action* a) {
   if (h->n == h->cap) {
@@ -62,10 +80,12 @@ static bool heap_push(dv_heap* h, uint64_t v, dv_action* a) {
   unsigned i = h->n++;
   for (; i && h->v[(i - 1) / 2].value > v; i = (i - 1) / 2) h->v[i] = h->v[(i - 1) / 2];
   h->v[i] = (dv_park){v, a};
+  DV_ASSERT(heap_ok_at(h, i) && h->n <= h->cap);
   return true;
 }
 
 static dv_action* heap_pop(dv_heap* h) {
+  DV_ASSERT(h->n > 0);
   dv_action* top = h->v[0].a;
   dv_park last = h->v[--h->n];
   unsigned i = 0;
@@ -75,6 +95,7 @@ static dv_action* heap_pop(dv_heap* h) {
     h->v[i] = h->v[c];
   }
   if (h->n) h->v[i] = last;
+  DV_ASSERT(!h->n || heap_ok_at(h, i));
   return top;
 }
 
@@ -108,6 +129,7 @@ static void unlink_node(devrt_semaphore* s, dv_wnode* n) {
 }
 
 static void fire(devrt_semaphore* s, dv_wnode* n) {
+  DV_ASSERT(n->w && n == wlist(s, n)->head); /* a prefix: the smallest value goes first */
   unlink_node(s, n);
   pthread_mutex_lock(&n->w->mu);
   n->w->fired = true;
@@ -134,6 +156,7 @@ static void raise_sched(devrt_semaphore* s, uint64_t v) {
 }
 
 static void drop_tp(devrt_semaphore* s, dv_tp* t) {
+  DV_ASSERT(s->ntps > 0 && t->ev);
   s->ntps--;
   if (t->prev)
     t->prev->next = t->next;
@@ -143,6 +166,7 @@ static void drop_tp(devrt_semaphore* s, dv_tp* t) {
     t->next->prev = t->prev;
   else
     s->tail = t->prev;
+  DV_ASSERT(!s->head == !s->ntps && !s->head == !s->tail);
   dv_pev_unref(s->rt, t->ev);
   free(t);
 }
@@ -153,6 +177,7 @@ dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) {
   dv_tp* t = s->tail;
   if (!t || t->value < v) return NULL;
   while (t->prev && t->prev->value >= v) t = t->prev;
+  DV_ASSERT(t->value >= v && (!t->prev || t->prev->value < v)); /* the oldest reaching v */
   return t;
 }
 
@@ -180,6 +205,7 @@ static bool release_check(devrt_semaphore* s, bool gpu) {
 }
 
 static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
+  DV_ASSERT(v > atomic_load_explicit(&s->value, memory_order_relaxed)); /* the watermark rises */
   /* release: pairs with the acquire loads of the waiters (check, poll_all, devrt_semaphore_query):
    * a host waiter that sees v reached sees what the signaller did before */
   atomic_store_explicit(&s->value, v, memory_order_release);
@@ -187,6 +213,10 @@ static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
   if (gpu) atomic_fetch_add_explicit(&s->rt->q->completions, 1, memory_order_relaxed);
   while (s->head && s->head->value <= v) drop_tp(s, s->head);
   for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], v, false);
+  /* scheduled >= value; what is left is not yet complete, and nobody waits for a value reached */
+  DV_ASSERT(sched(s) >= v && (!s->head || s->head->value > v));
+  DV_ASSERT((!s->waiters[0].head || s->waiters[0].head->value > v) &&
+            (!s->waiters[1].head || s->waiters[1].head->value > v));
   return release_check(s, gpu);
 }
 
@@ -194,8 +224,10 @@ static bool kill(devrt_semaphore* s, int state) {
   /* release: pairs with the acquire loads of check, gone and devrt_semaphore_failure (cause and
    * msg are written before) */
   atomic_store_explicit(&s->state, state, memory_order_release);
+  DV_ASSERT(state != SEM_LIVE);
   while (s->head) drop_tp(s, s->head);
   for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], UINT64_MAX, false);
+  DV_ASSERT(!s->ntps && !s->waiters[0].head && !s->waiters[1].head); /* all dropped and woken */
   return release_check(s, false);
 }
 
@@ -253,6 +285,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
       t->next->prev = t;
     else
       s->tail = t;
+    DV_ASSERT((!t->prev || t->prev->value <= v) && (!t->next || v < t->next->value)); /* by value */
     t = NULL;
     s->ntps++;
     raise_sched(s, v);
@@ -264,6 +297,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     if (s->ntps >= 64 && s->ntps % 16 == 0) {
       dv_tp* p = s->head;
       for (int i = 0; i < 31; i++) p = p->next;
+      DV_ASSERT(p && p->value > atomic_load_explicit(&s->value, memory_order_relaxed));
       probe = p->ev, pv = p->value;
       dv_pev_ref(probe);
     }
@@ -333,8 +367,12 @@ dv_action* dv_sem_release(devrt_semaphore* s) {
   for (dv_heap* h = &s->dev; h; h = h == &s->dev ? &s->host : NULL)
     while (h->n && (dead || heap_min(h) <= (h == &s->dev ? sched(s) : v))) {
       dv_action* a = heap_pop(h);
+      DV_ASSERT(a->heap && a->was_parked); /* only heap copies are parked */
       a->next = NULL, *tail = a, tail = &a->next;
     }
+  /* what is left waits for a value not yet reached (a dead semaphore keeps nothing) */
+  DV_ASSERT(dead ? !s->dev.n && !s->host.n
+                 : heap_min(&s->dev) > sched(s) && heap_min(&s->host) > v);
   pthread_mutex_unlock(&s->mu);
   return head;
 }
@@ -399,6 +437,7 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
     if (atomic_load_explicit(&s[i]->value, memory_order_acquire) >= v[i]) met++, any = i;
   }
   if (mode == DEVRT_WAIT_ANY ? met == 0 : met < n) return NOT_YET;
+  DV_ASSERT(met <= n && any < n);
   *idx = any;
   return DEVRT_OK;
 }
@@ -450,6 +489,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
   for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
     pthread_mutex_lock(&s[i]->mu);
     if (nodes[i].linked) unlink_node(s[i], &nodes[i]);
+    DV_ASSERT(!nodes[i].linked && nodes[i].w == w);
     pthread_mutex_unlock(&s[i]->mu);
   }
   return st == NOT_YET ? check(n, s, v, mode, idx, call) : st;
