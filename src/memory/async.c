@@ -163,10 +163,11 @@ typedef struct batch {
  * (a plain store: account.h), so frees take no lock and write no shared line; the slot's total is
  * the sum down its column. A reap closes a batch over what that sum has grown by since the last
  * one (covered), under one event recorded after those frees on the slot's stream; batches sit in
- * a ring, oldest first. A slot keeps its stream until dv_async_forget_slot: the runtime's slot
- * table says which it is, for a reap that finds frees there.
+ * a ring, oldest first. A slot keeps its stream until async_stream_retired has retired everything
+ * freed there (the runtime tells the layers before it destroys a slot's stream): the runtime's
+ * slot table says which it is, for a reap that finds frees there.
  *
- * A reap visits only the slots that may hold something (issue 25): each owned shard's `cur` (the
+ * A reap visits only the slots that may hold something: each owned shard's `cur` (the
  * slot of its thread's latest free, the last cell of its row) and the slots in `pending`. A free
  * on its thread's cur slot adds no more than its count; one on another slot first adds the old
  * cur slot to `pending` (an RMW), then moves cur. A slot leaves `pending` only under its mu with
@@ -338,7 +339,7 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
   else if (pthread_mutex_trylock(&sl->mu) != 0)
     return DEVRT_OK; /* another reap holds it, maybe across a synchronize: it retires what
                         completed, and a reap that must not block leaves the slot to it */
-  /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
+  /* upto may be below covered: another reap or async_stream_retired went further since it was
    * read */
   devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
   dv_stream* s = flags & DEVRT_REAP_WAIT && sl->n ? a->base.rt->slots[i].s : NULL;

@@ -1,5 +1,6 @@
-/* resource.c: the resource head (init, reference counting) and the checked public entry points
- * that every resource, devrt's or a user's, is called through. */
+/* resource.c: the resource head (init, its private part with the reference count, the registry
+ * of layers told of retired streams) and the checked public entry points that every resource,
+ * devrt's or a user's, is called through; the shared account's thread shards (account.h). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,10 +51,9 @@ unsigned dv_shard_assign(void) {
     /* acquire: pairs with the release in shard_give_back (the last owner's cell values) */
     if (atomic_compare_exchange_weak_explicit(&owned, &v, v | 1ull << i, memory_order_acquire,
                                               memory_order_relaxed)) {
-      if (pthread_setspecific(
-              shard_key,
-              (void*)(uintptr_t)(i + 1))) { /* cannot give it back at exit: keep it shared */
-        atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release); /* as give_back */
+      if (pthread_setspecific(shard_key, (void*)(uintptr_t)(i + 1))) {
+        /* cannot give it back at exit: keep it shared (a release, as shard_give_back's) */
+        atomic_fetch_and_explicit(&owned, ~(1ull << i), memory_order_release);
         break;
       }
       return span(i);

@@ -1,5 +1,6 @@
 /* stack.c: the runtime's resource stack: built on first use from the config (budget -> logging
- * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
+ * -> statistics -> caching -> async), or installed by the caller before that; devrt_reap_pending
+ * on it, and its release when the runtime goes. */
 #include "../core/runtime.h"
 #include "account.h"
 
