@@ -76,11 +76,13 @@ struct devrt_resource {
   devrt_runtime* rt;
   devrt_resource* upstream;
   devrt_account* account; /* devrt's: set by devrt_resource_init */
-  int refs;               /* devrt's: the reference count, which devrt changes atomically */
+  void* devrt_private;    /* devrt's: the reference count and registration, allocated by
+                             devrt_resource_init, NULL once the last reference is released */
 };
 
 /* Initialises the head: one reference, retains upstream (may be NULL for a leaf), inherits its
- * account. Thread-safe. */
+ * account. OUT_OF_RESOURCES when there is no host memory for devrt's private part of the head
+ * (then nothing is retained, and the caller frees r). Thread-safe. */
 devrt_status devrt_resource_init(devrt_resource* r, const devrt_resource_vtable* vtable,
                                  const char* name, devrt_runtime* rt, devrt_resource* upstream);
 /* Reference counting: the last release destroys the resource, then releases its upstream. */

@@ -91,7 +91,7 @@ devrt_status dv_repeat_end(dv_work* k, bool ok) {
     dv_pev *ev = NULL, *old = NULL;
     memcpy(k->x.b, r->b, k->x.n * sizeof *k->x.b);
     if ((st = dv_pev_mark(rt, slot, &ev, &old, &(dv_counts){.launches = 1})) != DEVRT_OK) {
-      rt->be->stream_sync(rt->slots[slot].s); /* the work cannot be tracked: let it finish */
+      rt->be->stream_sync(dv_slot_stream(rt, slot)); /* the work cannot be tracked: let it finish */
       ev = NULL;
     }
     DV_ASSERT(!k->pinned); /* recorded unpinned: the ISSUING state keeps the blocks */

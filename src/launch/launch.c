@@ -42,7 +42,7 @@ static devrt_status module_new(devrt_runtime* rt, devrt_status st, dv_module* dm
   }
   m->rt = rt, m->m = dm;
   pthread_mutex_init(&m->mu, NULL);
-  atomic_store(&m->magic, MODULE_MAGIC);
+  atomic_store_explicit(&m->magic, MODULE_MAGIC, memory_order_relaxed); /* read relaxed: a check */
   *out = m;
   return DEVRT_OK;
 }
@@ -97,10 +97,10 @@ devrt_status devrt_module_unload(devrt_runtime* rt, devrt_module* m) {
   DV_ARG_CHECK(module_ok(m), "devrt_module_unload", "module %p is NULL or unloaded", (void*)m);
   DV_ARG_CHECK(m->rt == rt, "devrt_module_unload", "module %p belongs to another runtime",
                (void*)m);
-  atomic_store(&m->magic, 0);
+  atomic_store_explicit(&m->magic, 0, memory_order_relaxed);
   for (devrt_kernel *k = m->kernels, *nx; k; k = nx) {
     nx = k->next;
-    atomic_store(&k->magic, 0);
+    atomic_store_explicit(&k->magic, 0, memory_order_relaxed);
     free(k);
   }
   rt->be->module_unload(rt->dev, m->m);

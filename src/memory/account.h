@@ -51,15 +51,19 @@ extern _Atomic unsigned
     dv_shard_span; /* 1 + the highest shard ever assigned: readers sum below it */
 /* The shards any thread has written below: a thread raises the span before it writes. */
 static inline unsigned dv_shard_end(void) {
-  return atomic_load_explicit(&dv_shard_span, memory_order_acquire);
+  unsigned end = atomic_load_explicit(&dv_shard_span, memory_order_acquire); /* pairs: span() */
+  DV_ASSERT(end <= DV_SHARDS);
+  return end;
 }
 unsigned dv_shard_assign(void);
 static inline unsigned dv_shard(void) {
   return DV_LIKELY(dv_tshard < DV_SHARDS) ? dv_tshard : dv_shard_assign();
 }
 /* Adds n (modulo 2^64) to a counter of shard s, written by this thread; a release (a plain store
- * on x86), so a reader that sees the sum also sees what this thread did before. */
+ * on x86), so a reader that sees the sum also sees what this thread did before: it pairs with the
+ * acquire loads of async.c's freed_sum (a free is counted after its pool_free returned). */
 static inline void dv_cell_add(_Atomic uint64_t* x, uint64_t n, unsigned s) {
+  DV_ASSERT(s == dv_tshard && s < DV_SHARDS); /* this thread's shard: a plain store is safe */
   if (DV_LIKELY(s < DV_OWNED))
     atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + n,
                           memory_order_release);
@@ -83,6 +87,7 @@ static inline uint64_t dv_round(const dv_mem_account* a, size_t size) {
 
 /* Adds n bytes to a figure (on this thread's shard s: dv_shard(), read once by a hot path). */
 static inline void dv_account_add_at(dv_mem_account* a, unsigned s, int fig, uint64_t n) {
+  DV_ASSERT((unsigned)fig < DV_NFIGS);
   dv_cell_add(&a->sh[s].f[fig], n, s);
 }
 static inline void dv_account_add(dv_mem_account* a, int fig, uint64_t n) {
@@ -107,7 +112,9 @@ static inline bool dv_account_admit(dv_mem_account* a, uint64_t n) {
   return true;
 }
 static inline void dv_account_release(dv_mem_account* a, uint64_t n) {
-  atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
+  uint64_t was = atomic_fetch_sub_explicit(&a->held, n, memory_order_relaxed);
+  DV_ASSERT(was >= n); /* held never falls below zero: only admitted bytes are given back */
+  (void)was;
 }
 /* The refusal a leaf returns when admission fails (a budget above turns it into its own). */
 devrt_status dv_account_refuse(const dv_mem_account* a, const char* who, size_t size, uint64_t n,
@@ -127,24 +134,28 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
 /* Fills the account's figures into q, one read of each shared count (leaves' query,
  * dv_account_live, refusal messages): live is what held has beyond the pending and cached bytes
  * read for the same answer, so the three never sum past held. The idle figures are read after
- * held and shard by shard, so a trim moving a block from cached to pending (pending added first)
- * or frees landing meanwhile can make them read past held: they are cut to it, cached first. */
+ * held and shard by shard (every load relaxed: the cut, not an order, keeps the answer within
+ * held), so a trim moving a block from cached to pending (pending added first) or frees landing
+ * meanwhile can make them read past held: they are cut to it, cached first. */
 static inline void dv_account_query(const dv_mem_account* a, devrt_resource_figures* q) {
-  uint64_t held = atomic_load_explicit(&a->held, memory_order_acquire);
+  uint64_t held = atomic_load_explicit(&a->held, memory_order_relaxed);
   uint64_t pending = dv_account_sum(a, DV_PENDING), cached = dv_account_sum(a, DV_CACHED);
   q->pending_bytes = pending < held ? pending : held;
   q->cached_bytes = cached < held - q->pending_bytes ? cached : held - q->pending_bytes;
   q->live_bytes = held - q->pending_bytes - q->cached_bytes;
+  DV_ASSERT(q->pending_bytes + q->cached_bytes <= held); /* the cut: the three sum to held */
   q->reaped_bytes = atomic_load_explicit(&a->reaped, memory_order_relaxed);
   q->granularity = a->granularity;
 }
 
-#define DV_RES_CHECK(r, call)                                                                    \
-  do {                                                                                           \
-    dv_error_clear(); /* a public call's entry: see error.h */                                   \
-    if (DV_UNLIKELY(!(r) || !(r)->vtable || __atomic_load_n(&(r)->refs, __ATOMIC_RELAXED) <= 0)) \
-      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call,    \
-                     (void*)(r));                                                                \
+/* A public call's entry on a resource: refuses NULL, a head never initialised and a released one
+ * (devrt_private is NULL from the last release on: resource.c). */
+#define DV_RES_CHECK(r, call)                                                                 \
+  do {                                                                                        \
+    dv_error_clear(); /* a public call's entry: see error.h */                                \
+    if (DV_UNLIKELY(!(r) || !(r)->vtable || !(r)->devrt_private))                             \
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: resource %p is NULL or released", call, \
+                     (void*)(r));                                                             \
   } while (0)
 
 #endif

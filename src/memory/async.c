@@ -64,7 +64,9 @@ void dv_live_destroy(dv_live_table* t) {
  */
 static DV_NOINLINE entry* leaf_make(_Atomic(entry*)* top) {
   entry *leaf = reserve(LEAF_SIZE), *seen = NULL;
-  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_acq_rel,
+  /* release: publishes the leaf to entry_of's acquire; the failure's acquire pairs with the
+   * winner's release */
+  if (leaf && !atomic_compare_exchange_strong_explicit(top, &seen, leaf, memory_order_release,
                                                        memory_order_acquire)) {
     munmap(leaf, LEAF_SIZE);
     leaf = seen;
@@ -79,13 +81,18 @@ static DV_INLINE entry* entry_of(dv_live_table* t, const void* p, bool make) {
   if (DV_UNLIKELY(a & (~(uintptr_t)0 << ADDR_BITS | ((1u << UNIT_BITS) - 1))))
     return NULL; /* one test for both */
   _Atomic(entry*)* top = &t->top[a >> (UNIT_BITS + LEAF_BITS)];
-  entry* leaf = atomic_load_explicit(top, memory_order_acquire);
+  entry* leaf = atomic_load_explicit(top, memory_order_acquire); /* pairs: leaf_make's release */
   if (DV_UNLIKELY(!leaf) && (!make || !(leaf = leaf_make(top)))) return NULL;
   return &leaf[(a >> UNIT_BITS) & ((1u << LEAF_BITS) - 1)];
 }
 
 static DV_INLINE void entry_set(entry* e, size_t size, const dv_live_entry* v) {
+  /* an allocation starts where none is live (the pool cannot hand out a live address, and a
+   * put back follows its take), with a size the word holds */
+  DV_ASSERT(!atomic_load_explicit(&e->word, memory_order_relaxed) &&
+            !((uint64_t)size >> SIZE_BITS));
   atomic_store_explicit(&e->tag, v->tag, memory_order_relaxed);
+  /* release: pairs with the acquire loads of dv_live_take (a take that sees the word sees tag) */
   atomic_store_explicit(&e->word, (uint64_t)size << 8 | 1, memory_order_release);
 }
 
@@ -127,6 +134,8 @@ static DV_NOINLINE devrt_status take_refused(const char* who, void* p, size_t si
 DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, size_t size,
                                     dv_live_entry* out) {
   entry* e = entry_of(t, p, false);
+  /* acquire (the load and both outcomes of the compare-and-swap): pairs with entry_set's
+   * release, so the tag read is the one stored with the word seen */
   uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
   while (w && w >> 8 == size) {
     out->tag = atomic_load_explicit(&e->tag, memory_order_relaxed);
@@ -138,7 +147,9 @@ DV_INLINE devrt_status dv_live_take(dv_live_table* t, const char* who, void* p, 
 }
 
 void dv_live_put_back(dv_live_table* t, void* p, size_t size, const dv_live_entry* e) {
-  entry_set(entry_of(t, p, false), size, e); /* the take found it: its leaf exists */
+  entry* at = entry_of(t, p, false);
+  DV_ASSERT(at); /* the take found it: its leaf exists */
+  entry_set(at, size, e);
 }
 
 /* ---- the async resource ---- */
@@ -152,10 +163,11 @@ typedef struct batch {
  * (a plain store: account.h), so frees take no lock and write no shared line; the slot's total is
  * the sum down its column. A reap closes a batch over what that sum has grown by since the last
  * one (covered), under one event recorded after those frees on the slot's stream; batches sit in
- * a ring, oldest first. A slot keeps its stream until dv_async_forget_slot: the runtime's slot
- * table says which it is, for a reap that finds frees there.
+ * a ring, oldest first. A slot keeps its stream until async_stream_retired has retired everything
+ * freed there (the runtime tells the layers before it destroys a slot's stream): the runtime's
+ * slot table says which it is, for a reap that finds frees there.
  *
- * A reap visits only the slots that may hold something (issue 25): each owned shard's `cur` (the
+ * A reap visits only the slots that may hold something: each owned shard's `cur` (the
  * slot of its thread's latest free, the last cell of its row) and the slots in `pending`. A free
  * on its thread's cur slot adds no more than its count; one on another slot first adds the old
  * cur slot to `pending` (an RMW), then moves cur. A slot leaves `pending` only under its mu with
@@ -218,7 +230,8 @@ static void event_give(async_res* a, dv_event* e) {
 static uint64_t freed_sum(async_res* a, unsigned i) {
   uint64_t n = 0;
   for (unsigned k = 0, end = dv_shard_end(); k < end; k++)
-    n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i], memory_order_acquire);
+    n += atomic_load_explicit(&a->freed[(size_t)k * a->stride + i],
+                              memory_order_acquire); /* pairs: dv_cell_add's release */
   return n;
 }
 
@@ -231,6 +244,7 @@ static uint64_t freed_sum(async_res* a, unsigned i) {
 static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
   aslot* sl = &a->slots[i];
   devrt_runtime* rt = a->base.rt;
+  DV_ASSERT(i < a->nslots && upto > sl->covered); /* a batch holds new frees only */
   if (sl->n == sl->cap) {
     unsigned cap = sl->cap ? sl->cap * 2 : 8;
     batch* q = malloc(cap * sizeof *q);
@@ -245,13 +259,14 @@ static devrt_status close_batch(async_res* a, unsigned i, uint64_t upto) {
   }
   dv_event* e = NULL;
   DV_CHECK(event_take(a, &e));
-  devrt_status st = rt->be->event_record(e, rt->slots[i].s);
+  devrt_status st = rt->be->event_record(e, dv_slot_stream(rt, i));
   if (st != DEVRT_OK) {
     event_give(a, e);
     return st;
   }
   sl->q[(sl->head + sl->n++) % sl->cap] = (batch){e, upto - sl->covered};
   sl->covered = upto;
+  DV_ASSERT(sl->n <= sl->cap && sl->head < sl->cap);
   return DEVRT_OK;
 }
 
@@ -267,10 +282,14 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* r
     bool done = atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes <= synced;
     if (!done) DV_CHECK(a->base.rt->be->event_query(b->ev, &done));
     if (!done) break;
+    /* retired never passes covered: a batch retires only what it batched */
+    DV_ASSERT(b->bytes &&
+              atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes <= sl->covered);
     dv_account_release(acc, b->bytes); /* first: live reads low, not high, between the two */
     dv_account_sub(acc, DV_PENDING, b->bytes);
     atomic_fetch_add_explicit(&acc->reaped, b->bytes, memory_order_relaxed);
-    atomic_store_explicit(&sl->retired, /* last: a reap that sees it sees the account moved */
+    /* last, a release: a reap that sees it (reap_slot's acquire) sees the account moved */
+    atomic_store_explicit(&sl->retired,
                           atomic_load_explicit(&sl->retired, memory_order_relaxed) + b->bytes,
                           memory_order_release);
     *reaped += b->bytes;
@@ -281,11 +300,21 @@ static devrt_status retire(async_res* a, aslot* sl, uint64_t synced, uint64_t* r
   return DEVRT_OK;
 }
 
+/* The bytes of a slot's batches (asserts only; under its mu). */
+static __attribute__((unused)) uint64_t batched(const aslot* sl) {
+  uint64_t n = 0;
+  for (unsigned k = 0; k < sl->n; k++) n += sl->q[(sl->head + k) % sl->cap].bytes;
+  return n;
+}
+
 /* Under sl->mu: slot i stays in `pending` while anything freed there is not retired; a take is
  * checked again (the sum may have grown by an add the take removed). */
 static void relist(async_res* a, unsigned i) {
   aslot* sl = &a->slots[i];
-  DV_ASSERT(sl->covered >= atomic_load_explicit(&sl->retired, memory_order_relaxed));
+  uint64_t retired = atomic_load_explicit(&sl->retired, memory_order_relaxed);
+  DV_ASSERT(sl->covered >= retired);
+  DV_ASSERT(batched(sl) == sl->covered - retired); /* what is batched and not retired */
+  (void)retired;
   if (sl->n || freed_sum(a, i) != sl->covered) {
     if (!dv_slotset_has(&a->pending, i)) dv_slotset_add(&a->pending, i); /* takes hold mu too */
   } else if (dv_slotset_take(&a->pending, i) && freed_sum(a, i) != sl->covered)
@@ -301,6 +330,7 @@ static void relist(async_res* a, unsigned i) {
 static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t* reaped) {
   aslot* sl = &a->slots[i];
   uint64_t upto = freed_sum(a, i);
+  /* acquire: pairs with retire's release (the account moved before retired grew) */
   if (upto == atomic_load_explicit(&sl->retired, memory_order_acquire) &&
       !dv_slotset_has(&a->pending, i))
     return DEVRT_OK; /* nothing pending here */
@@ -309,10 +339,10 @@ static devrt_status reap_slot(async_res* a, unsigned i, unsigned flags, uint64_t
   else if (pthread_mutex_trylock(&sl->mu) != 0)
     return DEVRT_OK; /* another reap holds it, maybe across a synchronize: it retires what
                         completed, and a reap that must not block leaves the slot to it */
-  /* upto may be below covered: another reap or dv_async_forget_slot went further since it was
+  /* upto may be below covered: another reap or async_stream_retired went further since it was
    * read */
   devrt_status st = upto > sl->covered ? close_batch(a, i, upto) : DEVRT_OK;
-  dv_stream* s = flags & DEVRT_REAP_WAIT && sl->n ? a->base.rt->slots[i].s : NULL;
+  dv_stream* s = flags & DEVRT_REAP_WAIT && sl->n ? dv_slot_stream(a->base.rt, i) : NULL;
   uint64_t synced = 0; /* every batch closed so far ends at or below covered */
   if (st == DEVRT_OK && s) {
     synced = sl->covered;
@@ -353,7 +383,7 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
   v.top = 0;
   *reaped = 0;
   for (unsigned k = 0, end = dv_shard_end(); k < end && k < DV_OWNED; k++) {
-    uint64_t c =
+    uint64_t c = /* acquire: pairs with move_cur's release (the old cur slot is in pending) */
         atomic_load_explicit(&a->freed[(size_t)k * a->stride + a->nslots], memory_order_acquire);
     if (c) reap_once(a, &v, (unsigned)c - 1, flags, reaped, &first);
   }
@@ -366,13 +396,14 @@ static devrt_status async_reap(devrt_resource* self, unsigned flags, uint64_t* r
  * frees there before it. A shared shard has no cur of its own: each free adds its slot. */
 static DV_NOINLINE void move_cur(async_res* a, unsigned k, unsigned i) {
   _Atomic uint64_t* cur = &a->freed[(size_t)k * a->stride + a->nslots];
+  DV_ASSERT(i < a->nslots && k < DV_SHARDS);
   if (k >= DV_OWNED) {
     dv_slotset_add(&a->pending, i);
     return;
   }
   uint64_t was = atomic_load_explicit(cur, memory_order_relaxed);
   if (was) dv_slotset_add(&a->pending, (unsigned)was - 1);
-  atomic_store_explicit(cur, i + 1, memory_order_release);
+  atomic_store_explicit(cur, i + 1, memory_order_release); /* pairs: async_reap's acquire */
 }
 
 static DV_HOT devrt_status async_allocate(devrt_resource* self, size_t size, devrt_stream stream,
@@ -411,6 +442,7 @@ static DV_HOT devrt_status async_deallocate_tagged(devrt_resource* self, void* p
   uint64_t rounded = dv_round(self->account, size);
   *tag = e.tag;
   unsigned i = DV_SID_SLOT(stream), k = dv_shard();
+  DV_ASSERT(i < a->nslots); /* dv_stream_get found the stream: its slot is the runtime's */
   dv_account_add_at(self->account, k, DV_PENDING, rounded);
   _Atomic uint64_t* row = &a->freed[(size_t)k * a->stride];
   dv_cell_add(&row[i], rounded, k); /* a release: after the pool_free */
@@ -493,6 +525,7 @@ static devrt_status measure_granularity(devrt_runtime* rt, uint64_t* out) {
   g &= ~g + 1; /* its power-of-two part, at least 256 */
   if (g < 256) g = 256;
   *out = used >= 256 && used < g && !(used & (used - 1)) ? used : g;
+  DV_ASSERT(*out >= 256 && !(*out & (*out - 1))); /* account.h: a power of two */
   return DEVRT_OK;
 }
 
@@ -559,13 +592,15 @@ static void async_stream_retired(devrt_resource* r, devrt_stream stream) {
   pthread_mutex_lock(&sl->mu);
   for (; sl->n; sl->head = (sl->head + 1) % sl->cap, sl->n--)
     event_give(a, sl->q[sl->head].ev); /* all complete */
-  uint64_t upto = freed_sum(a, slot),
-           n = upto - atomic_load(&sl->retired); /* frees before the synchronize too */
+  /* everything freed here, before the synchronize too (retired is written under mu) */
+  uint64_t upto = freed_sum(a, slot);
+  uint64_t n = upto - atomic_load_explicit(&sl->retired, memory_order_relaxed);
+  DV_ASSERT(upto >= sl->covered); /* a column's sum only grows; covered was read from it */
   sl->covered = upto;
   dv_account_release(acc, n);
   dv_account_sub(acc, DV_PENDING, n);
   atomic_fetch_add_explicit(&acc->reaped, n, memory_order_relaxed);
-  atomic_store(&sl->retired, upto);
+  atomic_store_explicit(&sl->retired, upto, memory_order_release); /* as retire's */
   relist(a, slot);
   pthread_mutex_unlock(&sl->mu);
 }

@@ -23,7 +23,9 @@ typedef struct budget {
 
 #define MAX_FALLBACK_RETRIES 16
 
-static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_seq_cst); }
+/* The budget's words (limit, live, fallbacks, the account's held) are counts and limits that
+ * publish no other data: every access to them is relaxed, as the account's own admission. */
+static uint64_t load(_Atomic uint64_t* x) { return atomic_load_explicit(x, memory_order_relaxed); }
 
 /* Two ways to admit, as the builder chose (devrt_budget_scope). A DEVICE budget owns its stack's
  * account: it puts its limit there, and a leaf admits new device memory with one compare-and-swap
@@ -38,9 +40,18 @@ static bool admit(budget* b, uint64_t n) {
   uint64_t v = load(&b->live);
   do {
     if (v + n > atomic_load_explicit(&b->limit, memory_order_relaxed) || v + n < v) return false;
-  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_seq_cst,
+  } while (!atomic_compare_exchange_weak_explicit(&b->live, &v, v + n, memory_order_relaxed,
                                                   memory_order_relaxed));
   return true;
+}
+
+/* Whether b is what its flags say (asserts only): an owner is its account's owner; a sub-budget
+ * nests under its upstream, a budget. */
+static __attribute__((unused)) bool budget_ok(budget* b) {
+  dv_mem_account* a = b->r.account;
+  return (!b->owns ||
+          (a && atomic_load_explicit(&a->owner, memory_order_relaxed) == (uintptr_t)b)) &&
+         (!b->parent || &b->parent->r == b->r.upstream);
 }
 
 static uint64_t live_of(budget* b) {
@@ -64,6 +75,7 @@ static DV_NOINLINE devrt_status over(budget* b, size_t size, uint64_t n, const c
  * cache on a miss synchronize): the trim then helps the allocation that caused it. */
 static DV_NOINLINE bool relieve(budget* b, int step, devrt_status* st) {
   devrt_resource* up = b->r.upstream;
+  DV_ASSERT(step >= 0 && *st == DEVRT_OK);
   if (b->parent || step > 2 || (step == 2 && !b->wait_for_pending)) return false;
   uint64_t trimmed = 0;
   if (step == 1) *st = devrt_resource_trim(up, &trimmed);
@@ -83,12 +95,17 @@ static uint64_t charge(budget* b, size_t size) {
 static devrt_status try_allocate(budget* b, size_t size, devrt_stream stream, const char* tag,
                                  void** out, devrt_status first) {
   uint64_t n = b->owns ? 0 : charge(b, size); /* an owner's leaves charge what they take */
+  DV_ASSERT(first == NOT_TRIED || b->owns);   /* only an owner's first call is made before */
   for (int step = 0;; step++, first = NOT_TRIED) {
     devrt_status s = DEVRT_ERR_OVER_BUDGET;
     bool refused_here = !b->owns && !admit(b, n);
     if (!refused_here) {
       s = first != NOT_TRIED ? first : UP_ALLOCATE(&b->r, size, stream, tag, out);
-      if (!b->owns && s != DEVRT_OK) atomic_fetch_sub(&b->live, n); /* roll the reservation back */
+      if (!b->owns && s != DEVRT_OK) { /* roll the reservation back */
+        uint64_t was = atomic_fetch_sub_explicit(&b->live, n, memory_order_relaxed);
+        DV_ASSERT(was >= n); /* it holds the reservation admit made */
+        (void)was;
+      }
       if (s != DEVRT_ERR_OVER_BUDGET) return s;
     }
     devrt_status rs = DEVRT_OK;
@@ -106,9 +123,10 @@ static DV_NOINLINE devrt_status allocate_slow(budget* b, size_t size, devrt_stre
   for (int attempt = 0;; attempt++, first = NOT_TRIED) {
     devrt_status s = try_allocate(b, size, stream, tag, out, first);
     if (s == DEVRT_OK) return DEVRT_OK;
+    DV_ASSERT(s != NOT_TRIED && attempt <= MAX_FALLBACK_RETRIES);
     bool retry_able = s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED;
     if (!retry_able || !b->fallback || attempt == MAX_FALLBACK_RETRIES) return s;
-    atomic_fetch_add(&b->fallbacks, 1);
+    atomic_fetch_add_explicit(&b->fallbacks, 1, memory_order_relaxed);
     if (!b->fallback(b->fallback_user, size, tag, s)) return s;
   }
 }
@@ -126,12 +144,18 @@ static DV_HOT devrt_status dv_budget_deallocate(devrt_resource* r, void* ptr, si
                                                 devrt_stream stream) {
   budget* b = (budget*)r;
   DV_CHECK(UP_DEALLOCATE(r, ptr, size, stream)); /* a refused free changes nothing */
-  if (DV_UNLIKELY(!b->owns)) atomic_fetch_sub(&b->live, charge(b, size));
+  if (DV_UNLIKELY(!b->owns)) {
+    uint64_t n = charge(b, size),
+             was = atomic_fetch_sub_explicit(&b->live, n, memory_order_relaxed);
+    DV_ASSERT(was >= n); /* live never falls below zero: a free is charged as its allocation was */
+    (void)was;
+  }
   return DEVRT_OK;
 }
 
 static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out) {
   budget* b = (budget*)r;
+  DV_ASSERT(budget_ok(b));
   DV_CHECK(devrt_resource_query(r->upstream, out));
   uint64_t used = b->owns ? load(&r->account->held) : load(&b->live), limit = load(&b->limit);
   if (!b->owns) out->live_bytes = used;
@@ -142,9 +166,12 @@ static devrt_status budget_query(devrt_resource* r, devrt_resource_figures* out)
 }
 
 static void budget_destroy(devrt_resource* r) {
+  DV_ASSERT(budget_ok((budget*)r));
   if (((budget*)r)->owns) {
-    atomic_store(&r->account->limit, UINT64_MAX);
-    atomic_store(&r->account->owner, 0);
+    atomic_store_explicit(&r->account->limit, UINT64_MAX, memory_order_relaxed);
+    /* release: pairs with the acquire of the next owner's compare-and-swap in create, so its
+     * limit is stored after the one above */
+    atomic_store_explicit(&r->account->owner, 0, memory_order_release);
   }
   free(r);
 }
@@ -173,7 +200,11 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
                   "devrt_budget_create: a DEVICE budget needs devrt's async or "
                   "simple resource at the bottom of the stack (%s has none)",
                   upstream->name);
-    else if (!atomic_compare_exchange_strong(&b->r.account->owner, &owner, (uintptr_t)b))
+    /* acq_rel: the acquire pairs with the release in budget_destroy (the previous owner's limit
+     * reset comes before this one's limit); the release publishes b's head to a creator whose
+     * compare-and-swap fails and reads its name (the failure's acquire) */
+    else if (!atomic_compare_exchange_strong_explicit(&b->r.account->owner, &owner, (uintptr_t)b,
+                                                      memory_order_acq_rel, memory_order_acquire))
       s = dv_fail(DEVRT_ERR_INVALID_STATE,
                   "devrt_budget_create: the stack under %s already has a DEVICE budget (%s)",
                   upstream->name, ((budget*)owner)->r.name);
@@ -182,8 +213,9 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
       return s;
     }
     b->owns = true;
-    atomic_store(&b->r.account->limit, limit);
+    atomic_store_explicit(&b->r.account->limit, limit, memory_order_relaxed);
   }
+  DV_ASSERT(budget_ok(b) && (!parent || parent->r.vtable == &budget_vtable));
   if (o) {
     b->wait_for_pending = o->wait_for_pending;
     b->fallback = o->fallback;
@@ -230,7 +262,7 @@ devrt_status dv_budget_set_limit(devrt_resource* r, uint64_t limit, const char* 
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                    "%s: limit %" PRIu64 " not in [1, the parent budget's limit %" PRIu64 "]", call,
                    limit, cap);
-  atomic_store(&b->limit, limit);
-  if (b->owns) atomic_store(&r->account->limit, limit);
+  atomic_store_explicit(&b->limit, limit, memory_order_relaxed);
+  if (b->owns) atomic_store_explicit(&r->account->limit, limit, memory_order_relaxed);
   return DEVRT_OK;
 }

@@ -85,6 +85,7 @@ static inline unsigned class_of(size_t n, uint64_t* cls) {
   uint64_t q =
       (n - ((uint64_t)1 << k) + ((uint64_t)1 << (k - 2)) - 1) >> (k - 2); /* quarter steps */
   *cls = ((uint64_t)1 << k) + (q << (k - 2));
+  DV_ASSERT(*cls >= n && (k - MIN_SHIFT) * STEPS + q < NCLS); /* n fits; 64 MiB at most */
   return (k - MIN_SHIFT) * STEPS + (unsigned)q;
 }
 
@@ -105,6 +106,11 @@ static void own_release(cache* c, uint64_t n) {
   if (c->base.account == &c->own) dv_account_release(&c->own, n);
 }
 
+/* Whether a spin lock is taken (asserts only: where the caller must hold it). */
+static __attribute__((unused)) bool held(dv_spin* l) {
+  return atomic_load_explicit(l, memory_order_relaxed);
+}
+
 /* ---- pointer -> record hash ---- */
 
 static inline uint64_t hash_of(const void* p) {
@@ -114,6 +120,7 @@ static inline stripe* stripe_of(cache* c, uint64_t h) { return &c->sh[h >> (64 -
 static inline rec** bucket(stripe* s, uint64_t h) { return &s->b[(h >> 24) & (s->nb - 1)]; }
 
 static rec** hash_find(stripe* s, uint64_t h, const void* p) { /* s->mu held */
+  DV_ASSERT(held(&s->mu) && s->nb);
   rec** at = bucket(s, h);
   while (*at && (*at)->ptr != p) at = &(*at)->hnext;
   return at;
@@ -148,6 +155,7 @@ static devrt_status hash_insert(cache* c, rec* b) {
   rec** at = bucket(s, h);
   b->hnext = *at, *at = b;
   s->n++;
+  DV_ASSERT(s->n <= s->nb); /* grown first: chains stay short */
   dv_spin_unlock(&s->mu);
   free(nt), free(ot);
   return DEVRT_OK;
@@ -158,6 +166,7 @@ static void hash_remove(cache* c, rec* b) {
   stripe* s = stripe_of(c, h);
   dv_spin_lock(&s->mu);
   rec** at = hash_find(s, h, b->ptr);
+  DV_ASSERT(*at == b && s->n); /* a cached block stays in the table until it goes upstream */
   if (*at) *at = b->hnext, s->n--;
   dv_spin_unlock(&s->mu);
 }
@@ -166,11 +175,12 @@ static void hash_remove(cache* c, rec* b) {
 
 /* Slot i's bit only changes under its mu, so reading it first spares the shared word's write. */
 static void index_set(cache* c, unsigned ci, unsigned i) { /* slot i's mu held */
-  DV_ASSERT(ci < NCLS && i < c->nslots);
+  DV_ASSERT(ci < NCLS && i < c->nslots && held(&c->slots[i].mu));
   if (!dv_slotset_has(&c->ix[ci], i)) dv_slotset_add(&c->ix[ci], i);
 }
 
 static void index_clear(cache* c, unsigned ci, unsigned i) { /* slot i's mu held, its list empty */
+  DV_ASSERT(ci < NCLS && i < c->nslots && held(&c->slots[i].mu) && !c->slots[i].head[ci]);
   if (dv_slotset_has(&c->ix[ci], i)) dv_slotset_take(&c->ix[ci], i);
 }
 
@@ -190,30 +200,37 @@ static inline void count(_Atomic uint64_t* x) { /* under the lock that guards x:
 
 static inline void push_head(cache* c, slot* t, rec* b) {
   unsigned ci = b->cidx;
+  DV_ASSERT(held(&t->mu) && ci < NCLS &&
+            atomic_load_explicit(&b->state, memory_order_relaxed) == CACHED);
   b->epoch = t->open, b->prev = NULL, b->next = t->head[ci];
   if (t->head[ci])
     t->head[ci]->prev = b;
   else
     t->tail[ci] = b, bit_set(t, ci, true), index_set(c, ci, (unsigned)(t - c->slots));
   t->head[ci] = b;
+  /* a non-empty list has its bit and is in its class's set */
+  DV_ASSERT(bit_get(t, ci) && dv_slotset_has(&c->ix[ci], (unsigned)(t - c->slots)));
 }
 
 static inline rec* pop_head(slot* t, unsigned ci) {
   rec* b = t->head[ci];
+  DV_ASSERT(held(&t->mu) && b->cidx == ci && !b->prev);
   if ((t->head[ci] = b->next))
     b->next->prev = NULL;
   else
     t->tail[ci] = NULL, bit_set(t, ci, false);
+  DV_ASSERT(!t->head[ci] == !t->tail[ci] && bit_get(t, ci) == !!t->head[ci]);
   return b;
 }
 
 static inline rec* pop_tail(slot* t, unsigned ci) {
   rec* b = t->tail[ci];
-  DV_ASSERT(b->cidx == ci && !b->next);
+  DV_ASSERT(held(&t->mu) && b->cidx == ci && !b->next);
   if ((t->tail[ci] = b->prev))
     b->prev->next = NULL;
   else
     t->head[ci] = NULL, bit_set(t, ci, false);
+  DV_ASSERT(!t->head[ci] == !t->tail[ci] && bit_get(t, ci) == !!t->head[ci]);
   return b;
 }
 
@@ -263,8 +280,9 @@ static void poll_fences(cache* c, slot* t) {
     bool done = false;
     if (c->base.rt->be->event_query(t->fq->ev, &done) != DEVRT_OK || !done) return;
     fence* f = t->fq;
+    DV_ASSERT(f->epoch < t->open); /* a fence closes its epoch (open is written under fmu too) */
     if (f->epoch > atomic_load_explicit(&t->done, memory_order_relaxed)) /* forget may be ahead */
-      atomic_store_explicit(&t->done, f->epoch, memory_order_release);
+      atomic_store_explicit(&t->done, f->epoch, memory_order_release);   /* pairs: take_from's */
     if (!(t->fq = f->next)) t->fq_tail = NULL;
     f->next = t->ffree, t->ffree = f;
   }
@@ -281,6 +299,7 @@ static bool settle(cache* c, slot* t, uint64_t e, dv_stream* bs, uint64_t* upto)
       close_epoch(c, t, &f) == DEVRT_OK)
     poll_fences(c, t);
   if (e <= (*upto = atomic_load_explicit(&t->done, memory_order_relaxed))) return true;
+  DV_ASSERT(!f || f->epoch >= e); /* still queued, past e */
   if (!c->o.cross_stream_wait || !f || c->base.rt->be->stream_wait(bs, f->ev) != DEVRT_OK)
     return false;
   *upto = f->epoch; /* f is still queued: it has not completed */
@@ -306,6 +325,7 @@ static void fence_ahead(cache* c, slot* t) {
  * when the free is not yet known complete, the fence work under fmu alone, then the test again. */
 static rec* take_from(cache* c, unsigned i, unsigned ci, dv_stream* bs) {
   slot* t = &c->slots[i];
+  /* acquire: pairs with the release stores of done (poll_fences, caching_stream_retired) */
   uint64_t upto = atomic_load_explicit(&t->done, memory_order_acquire);
   for (bool settled = false;; settled = true) {
     rec* b = NULL;
@@ -354,8 +374,12 @@ DV_HOT static devrt_status caching_allocate(devrt_resource* self, size_t size, d
     }
     if (!b) b = take_other(c, si, ci, bs);
     if (b) {
+      /* a cached block of this class, big enough */
+      DV_ASSERT(b->cidx == ci && b->cls >= size &&
+                atomic_load_explicit(&b->state, memory_order_relaxed) == CACHED);
       b->tag = tag;
       atomic_store_explicit(&b->req, size, memory_order_relaxed);
+      /* release: pairs with the acquire in caching_deallocate_tagged (tag and req come first) */
       atomic_store_explicit(&b->state, LIVE, memory_order_release);
       if (c->o.max_cached_bytes)
         atomic_fetch_sub_explicit(&c->held, b->rsize, memory_order_relaxed);
@@ -402,6 +426,7 @@ DV_HOT static devrt_status caching_deallocate_tagged(devrt_resource* self, void*
   rec** at = sh->b ? hash_find(sh, h, ptr) : NULL;
   rec* b = at ? *at : NULL;
   devrt_status st = DEVRT_OK;
+  /* acquire: pairs with caching_allocate's release (the allocation's tag and size) */
   bool live = b && atomic_load_explicit(&b->state, memory_order_acquire) == LIVE;
   size_t req = b ? atomic_load_explicit(&b->req, memory_order_relaxed) : 0;
   if (!b)
@@ -634,8 +659,10 @@ static void caching_stream_retired(devrt_resource* r, devrt_stream stream) {
   slot* t = &((cache*)r)->slots[DV_SID_SLOT(stream)];
   pthread_mutex_lock(&t->fmu); /* no record on the old stream is in flight past this */
   dv_spin_lock(&t->mu);
-  atomic_store_explicit(&t->done, t->open++, memory_order_release); /* all frees so far: done */
+  /* all frees so far: done (release: pairs with take_from's acquire) */
+  atomic_store_explicit(&t->done, t->open++, memory_order_release);
   t->bs = NULL; /* until a free on the slot's next stream */
+  DV_ASSERT(atomic_load_explicit(&t->done, memory_order_relaxed) < t->open);
   dv_spin_unlock(&t->mu);
   pthread_mutex_unlock(&t->fmu);
 }

@@ -90,6 +90,7 @@ static void lg_lost(dv_logging* L, unsigned n, const char* why) {
 
 /* Writes the buffer out (mu held); on failure its records are lost (errno says why). */
 static bool lg_drain(dv_logging* L) {
+  DV_ASSERT(L->fd >= 0 && L->len <= L->cap && !L->len == !L->nbuf); /* a record has bytes */
   bool ok = lg_write_all(L->fd, L->buf, L->len);
   int e = errno;
   if (!ok) lg_lost(L, L->nbuf, strerror(e));
@@ -148,6 +149,7 @@ static devrt_status lg_add_file(dv_logging* L) {
     if (rc == 0) pthread_detach(t);
     lg_flusher_up = rc == 0;
   }
+  DV_ASSERT(rc || lg_flusher_up); /* a file layer exists only with the flusher running */
   if (rc == 0) {
     L->next = lg_files;
     lg_files = L;
@@ -225,12 +227,16 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
     }
   }
   if (L->cap - L->len >= need) {
+    size_t was = L->len;
     L->len = (size_t)(lg_format(L->buf + L->len, &r, L->format) - L->buf);
+    DV_ASSERT(L->len > was && L->len - was <= need); /* the room checked was enough */
+    (void)was;
     if (++L->nbuf >= L->batch || atomic_load_explicit(&lg_exiting, memory_order_relaxed))
       lg_drain(L);
   } else {
     lg_lost(L, 1, "no host memory to buffer it");
   }
+  DV_ASSERT(L->nbuf < L->batch && L->len <= L->cap); /* a full buffer was written */
   pthread_mutex_unlock(&L->mu);
 }
 

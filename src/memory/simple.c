@@ -54,6 +54,7 @@ static devrt_status simple_deallocate_tagged(devrt_resource* self, void* p, size
 
 static devrt_status simple_query(devrt_resource* self, devrt_resource_figures* out) {
   dv_account_query(self->account, out);
+  DV_ASSERT(!out->pending_bytes); /* a free completes before deallocate returns */
   return DEVRT_OK;
 }
 

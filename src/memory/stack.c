@@ -1,5 +1,6 @@
 /* stack.c: the runtime's resource stack: built on first use from the config (budget -> logging
- * -> statistics -> caching -> async), or installed by the caller before that; reap_pending. */
+ * -> statistics -> caching -> async), or installed by the caller before that; devrt_reap_pending
+ * on it, and its release when the runtime goes. */
 #include "memory.h"
 #include "account.h"
 
@@ -12,6 +13,7 @@
       DV_KEEP_ERROR(devrt_resource_release(*(top))); \
       return s_;                                     \
     }                                                \
+    DV_ASSERT(next_ && next_->upstream == *(top));   \
     devrt_resource_release(*(top));                  \
     *(top) = next_;                                  \
   } while (0)
@@ -29,12 +31,15 @@ devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t l
   }
   devrt_budget_options bo = {.limit_bytes = limit, .scope = DEVRT_BUDGET_DEVICE};
   PUSH(top, devrt_budget_create(*top, &bo, &next_));
+  DV_ASSERT(dv_budget_is(*top) &&
+            (*top)->account); /* a DEVICE budget on the async leaf's account */
   return DEVRT_OK;
 }
 
 devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
   DV_RT_CHECK(rt, "devrt_runtime_resource");
   DV_ARG_CHECK(out, "devrt_runtime_resource", "out is NULL");
+  /* acquire: pairs with the release stores below (the stack's layers are built before) */
   devrt_resource* r = atomic_load_explicit(&rt->stack, memory_order_acquire);
   if (DV_LIKELY(r)) {
     *out = r;
@@ -46,7 +51,8 @@ devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out) {
   uint64_t limit = rt->cfg.budget_bytes ? rt->cfg.budget_bytes
                                         : rt->info.total_memory / 100 * rt->cfg.budget_percent;
   if (!r && (s = dv_stack_build(rt, &rt->cfg, limit, &r)) == DEVRT_OK)
-    atomic_store_explicit(&rt->stack, r, memory_order_release);
+    atomic_store_explicit(&rt->stack, r, memory_order_release); /* pairs: the acquire above */
+  DV_ASSERT(s != DEVRT_OK || (r && r->rt == rt)); /* built on first use, for this runtime */
   pthread_mutex_unlock(&rt->stack_mu);
   if (s == DEVRT_OK) *out = r;
   return s;
@@ -59,12 +65,13 @@ devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r) {
                r->name);
   pthread_mutex_lock(&rt->stack_mu);
   devrt_status s = DEVRT_OK;
-  if (atomic_load(&rt->stack))
+  if (atomic_load_explicit(&rt->stack, memory_order_relaxed)) /* set only under stack_mu */
     s = dv_fail(DEVRT_ERR_INVALID_STATE,
                 "devrt_runtime_set_resource: runtime of ordinal %d already has its stack",
                 rt->cfg.ordinal);
   else {
     devrt_resource_retain(r);
+    /* release: pairs with the acquire in devrt_runtime_resource (the caller built r before) */
     atomic_store_explicit(&rt->stack, r, memory_order_release);
   }
   pthread_mutex_unlock(&rt->stack_mu);
@@ -79,6 +86,7 @@ devrt_status devrt_reap_pending(devrt_runtime* rt, unsigned flags, uint64_t* byt
 }
 
 void dv_stack_fini(devrt_runtime* rt) {
-  devrt_resource* r = atomic_exchange(&rt->stack, NULL);
+  /* acquire: pairs with the release that published the stack (maybe another thread's) */
+  devrt_resource* r = atomic_exchange_explicit(&rt->stack, NULL, memory_order_acquire);
   if (r) devrt_resource_release(r);
 }

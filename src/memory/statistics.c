@@ -1,17 +1,23 @@
-/* statistics.c: statistics decorator: bytes and allocation counts {current, peak, total}, overall
- * and per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's live_bytes).
- * Counters rise after upstream's allocate succeeded. Over a recording layer (caching, async,
- * simple) they fall once its deallocate accepted the free, by the tag of its record
- * (its deallocate_tagged); over any other upstream this layer keeps a sharded pointer map (ptr ->
- * size, tag) and they fall before the free (restored if it is refused). Every figure, peaks
- * included, is exact by default. Each figure set (overall, each tag's, "(other)") keeps a cell per
- * thread shard with a quota, and the quotas add up to the peak: a call within its cells' quotas
- * takes one lock, its thread's, for its overall and its tag's cells; one past a quota takes the
- * slow path, which locks every cell, raises the peak to the exact total and spreads the quotas
- * again (st_add_slow); or, where the peaks may be an upper bound (DEVRT_STATS_PEAK=bound), a read
- * folds the cells' high-water marks into the peak (st_fold) and no call takes a slow path. Tags are
- * found by their address in a table read lock-free (st_find); a new address takes a mutex and is
- * matched by its text; texts past ST_TAGS share "(other)". */
+/* statistics.c: the statistics decorator: bytes and allocation counts {current, peak, total},
+ * overall and per tag. Bytes are the REQUESTED sizes (the pool's rounded sizes are query's
+ * live_bytes). Counters rise after upstream's allocate succeeded. Over a recording layer (caching,
+ * async, simple) they fall once its deallocate accepted the free, by the tag of its record (its
+ * deallocate_tagged); over any other upstream this layer keeps a sharded pointer map (ptr -> size,
+ * tag) and they fall before the free (restored if it is refused).
+ *
+ * One design for exact and bounded peaks. Each figure set (overall, each tag's, "(other)") keeps
+ * a cell per thread shard, and each cell a quota: what its figures may reach without the set
+ * hearing of it. A call within its cells' quotas takes one lock, its thread's, for its overall and
+ * its tag's cells. A read locks every cell and settles the set: the peak takes the quotas' sum,
+ * which bounds every total since the last settle, and the quotas are handed out again
+ * (st_settle); a reset makes the peak the current total. The one switch, `bound`
+ * (DEVRT_STATS_PEAK), says what a cell past its quota does and how much a settle hands out (st_fit,
+ * st_settle): exact, the quotas add up to the peak and a cell past its quota takes the set's slow
+ * path, which raises the peak to the exact total (st_add_slow); bound, a cell past its quota raises
+ * it to its new figure (its high-water mark) and a settle hands out nothing more, so no call takes
+ * a slow path and a read's peak is never below the true one, exact on one thread. Tags are found by
+ * their address in a table read lock-free (st_find); a new address takes a mutex and is matched by
+ * its text; texts past ST_TAGS share "(other)". */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -27,19 +33,17 @@
 #define ST_SHARDS (1 << ST_SHARD_BITS) /* pointer-map shards: 16 threads rarely meet on one */
 
 /* A thread's cell of a figure set ([0] bytes, [1] count): its share of the set's figures. cur may
- * go negative where this thread frees what others allocated. quota: what cur may reach without
- * the set's slow path (in a layer whose peaks are a bound: cur's high-water mark since the last
- * read instead). Cell j of every set of a layer is under the lock of the overall set's
- * cell j (uncontended while shard j is owned: dv_shard), so a call takes one lock for both of
- * its sets. */
+ * go negative where this thread frees what others allocated; it never passes quota (st_fit). Cell
+ * j of every set of a layer is under the lock of the overall set's cell j (uncontended while shard
+ * j is owned: dv_shard), so a call takes one lock for both of its sets. */
 typedef struct st_cell {
   _Alignas(DV_LINE) dv_spin mu; /* used in the overall set's cells only */
   int64_t cur[2], quota[2], total[2];
-  int64_t want; /* bytes of this cell's last allocation that took the slow path */
+  int64_t want; /* exact: bytes of this cell's last allocation that took the slow path */
 } st_cell;
-/* A figure set (overall, "(other)", one tag's). Invariant: sum(cur) <= sum(quota) <= peak, so a
- * cell that stays within its quota cannot carry the total past the peak unseen; the peak only
- * changes with every cell locked (st_lock_all), to a total that was really live at once. */
+/* A figure set (overall, "(other)", one tag's). Invariants: sum(cur) <= sum(quota) always, so a
+ * total cannot pass the quotas' sum unseen, and sum(quota) <= peak after a settle (exact: equal,
+ * always). The peak only changes with every cell locked (st_lock_all). */
 typedef struct st_set {
   pthread_mutex_t mu; /* the slow path and readers; taken before the cells' locks */
   int64_t peak[2];    /* under mu and every cell's lock */
@@ -74,8 +78,7 @@ typedef struct dv_stats {
   unsigned ntags, nslots; /* entries of tags[] and keys of slots[] in use (under tag_mu) */
   pthread_mutex_t tag_mu; /* serialises adding a tag address (st_tag_add) and reading by text; taken
                              before any set's mu */
-  bool bound; /* peaks are an upper bound: no quotas, a cell's quota is its highest cur since the
-                 last read (st_fit), and a read folds their sum into the peak (st_read) */
+  bool bound; /* the switch: peaks an upper bound (DEVRT_STATS_PEAK=bound), else exact */
   st_set all, other;
 } dv_stats;
 
@@ -100,6 +103,18 @@ static void st_set_fini(st_set* s) {
   free(s->cells);
 }
 
+/* Whether a cell lock is taken (asserts only: the caller's, where it must hold it). */
+static __attribute__((unused)) bool st_held(dv_spin* l) {
+  return atomic_load_explicit(l, memory_order_relaxed);
+}
+
+/* sum(quota) of s (asserts and st_settle; every cell locked). */
+static int64_t st_quotas(const st_set* s, int k) {
+  int64_t q = 0;
+  for (unsigned j = 0; j < DV_SHARDS; j++) q += s->cells[j].quota[k];
+  return q;
+}
+
 /* s->mu held: locks every cell (in index order) for an exact snapshot; sum: sum(cur). */
 static void st_lock_all(st_set* s, int64_t sum[2], int64_t total[2]) {
   sum[0] = sum[1] = total[0] = total[1] = 0;
@@ -108,43 +123,69 @@ static void st_lock_all(st_set* s, int64_t sum[2], int64_t total[2]) {
     dv_spin_lock(&s->lk[j].mu);
     for (int k = 0; k < 2; k++) sum[k] += c->cur[k], total[k] += c->total[k];
   }
-  DV_ASSERT(sum[0] >= 0 && sum[1] >= 0);
+  DV_ASSERT(sum[0] >= 0 && sum[1] >= 0 && total[0] >= sum[0] && total[1] >= sum[1]);
+  DV_ASSERT(sum[0] <= st_quotas(s, 0) && sum[1] <= st_quotas(s, 1)); /* no cell past its quota */
 }
 static void st_unlock_all(st_set* s) {
   for (unsigned j = 0; j < DV_SHARDS; j++) dv_spin_unlock(&s->lk[j].mu);
 }
 
-/* Every cell locked, sum: sum(cur): sets the quotas so they add up to the peak exactly. Each cell
- * gets its cur, then the slack (peak - sum) goes to the other cells that have allocated, as much
- * as their last slow allocation (and one count) each, from the one after `me` on, so threads
- * taking turns do not each need the slow path; `me` gets the rest. */
-static void st_spread(st_set* s, unsigned me, const int64_t sum[2]) {
-  int64_t slack[2] = {s->peak[0] - sum[0], s->peak[1] - sum[1]};
-  DV_ASSERT(slack[0] >= 0 && slack[1] >= 0);
+/* Every cell locked, sum: sum(cur): each cell's quota restarts from its cur, then `slack` goes to
+ * the other cells that have allocated, as much as their last slow allocation (and one count)
+ * each, from the one after `me` on, so threads taking turns do not each need the slow path; `me`
+ * gets the rest. */
+static void st_spread(st_set* s, unsigned me, const int64_t sum[2], const int64_t slack[2]) {
+  DV_ASSERT(me < DV_SHARDS && slack[0] >= 0 && slack[1] >= 0);
+  int64_t left[2] = {slack[0], slack[1]};
   for (unsigned n = 1; n <= DV_SHARDS; n++) {
     unsigned j = (me + n) % DV_SHARDS; /* me last */
     st_cell* c = &s->cells[j];
+    DV_ASSERT(st_held(&s->lk[j].mu)); /* every cell locked */
     const int64_t want[2] = {c->want, c->want > 0};
     for (int k = 0; k < 2; k++) {
-      int64_t g = j == me ? slack[k] : want[k] < slack[k] ? want[k] : slack[k];
+      int64_t g = j == me ? left[k] : want[k] < left[k] ? want[k] : left[k];
       c->quota[k] = c->cur[k] + g;
-      slack[k] -= g;
+      left[k] -= g;
     }
   }
-#ifndef NDEBUG
-  int64_t q[2] = {0, 0};
-  for (unsigned j = 0; j < DV_SHARDS; j++)
-    q[0] += s->cells[j].quota[0], q[1] += s->cells[j].quota[1];
-  DV_ASSERT(q[0] == s->peak[0] && q[1] == s->peak[1]);
-#endif
+  DV_ASSERT(left[0] == 0 && left[1] == 0);
+  DV_ASSERT(st_quotas(s, 0) == sum[0] + slack[0] && st_quotas(s, 1) == sum[1] + slack[1]);
 }
 
-/* An allocation of d = {bytes, 1} past this cell's quota: with every cell locked, the total it
- * makes is exact; the peak rises to it, and the quotas are spread again. */
+/* The cell with the most room (quota - cur): where a read settling an exact set leaves the rest
+ * of the slack, which is where the last slow path left it unless frees moved the room. */
+static unsigned st_roomiest(const st_set* s) {
+  unsigned best = 0;
+  for (unsigned j = 1; j < DV_SHARDS; j++)
+    if (s->cells[j].quota[0] - s->cells[j].cur[0] > s->cells[best].quota[0] - s->cells[best].cur[0])
+      best = j;
+  return best;
+}
+
+/* Every cell locked, sum: sum(cur): the set settles. The peak takes the quotas' sum: no cell
+ * passed its quota, so it bounds every total since the last settle (exact: it is the peak
+ * already). Then the quotas are handed out again; the switch says how much: exact, up to the peak
+ * (sum(quota) = peak, so the next total past it takes a slow path); bound, nothing (each quota
+ * restarts at its cur: the next marks are this settle's figures, which keeps one thread exact). */
+static void st_settle(st_set* s, unsigned me, const int64_t sum[2], bool bound) {
+  int64_t slack[2];
+  for (int k = 0; k < 2; k++) {
+    int64_t q = st_quotas(s, k);
+    DV_ASSERT(bound || q == s->peak[k]); /* exact: the quotas add up to the peak */
+    if (q > s->peak[k]) s->peak[k] = q;
+    DV_ASSERT(sum[k] <= s->peak[k]);
+    slack[k] = bound ? 0 : s->peak[k] - sum[k];
+  }
+  st_spread(s, me, sum, slack);
+}
+
+/* Exact: an allocation of d = {bytes, 1} past this cell's quota: with every cell locked, the total
+ * it makes is exact; the peak rises to it, and the quotas are spread again to add up to it (no
+ * fold: the quotas' sum may be above the total, which a peak must have been). */
 static DV_NOINLINE void st_add_slow(st_set* s, unsigned me, const int64_t d[2], bool total) {
   atomic_fetch_add_explicit(&dv_stats_slow_paths, 1, memory_order_relaxed);
   pthread_mutex_lock(&s->mu);
-  int64_t sum[2], tot[2];
+  int64_t sum[2], tot[2], slack[2];
   st_lock_all(s, sum, tot);
   st_cell* c = &s->cells[me];
   for (int k = 0; k < 2; k++) {
@@ -152,31 +193,37 @@ static DV_NOINLINE void st_add_slow(st_set* s, unsigned me, const int64_t d[2], 
     if (total) c->total[k] += d[k];
     sum[k] += d[k];
     if (sum[k] > s->peak[k]) s->peak[k] = sum[k];
+    slack[k] = s->peak[k] - sum[k];
   }
   c->want = d[0];
-  st_spread(s, me, sum);
+  st_spread(s, me, sum, slack);
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
 }
 
-/* The lock of cell `me` held: an allocation of d enters the cell if it fits its quota (total: a
- * new one, not a refused free being restored). */
+/* The lock of cell c held: an allocation of d enters the cell (total: a new one, not a refused
+ * free being restored). Past its quota, the switch: exact, false (nothing entered: the caller takes
+ * the set's slow path); bound, the quota rises with cur (the cell's high-water mark since the last
+ * settle). */
 static DV_INLINE bool st_fit(st_cell* c, const int64_t d[2], bool total, bool bound) {
-  if (DV_UNLIKELY(!bound && (c->cur[0] + d[0] > c->quota[0] || c->cur[1] + 1 > c->quota[1])))
-    return false;
+  for (int k = 0; k < 2; k++)
+    if (DV_UNLIKELY(c->cur[k] + d[k] > c->quota[k])) {
+      if (!bound) return false;
+      c->quota[k] = c->cur[k] + d[k];
+    }
   c->cur[0] += d[0], c->cur[1] += 1;
   if (total) c->total[0] += d[0], c->total[1] += 1;
-  for (int k = 0; bound && k < 2; k++) /* bound: the cell's high-water mark since the last read */
-    if (c->cur[k] > c->quota[k]) c->quota[k] = c->cur[k];
+  DV_ASSERT(c->cur[0] <= c->quota[0] && c->cur[1] <= c->quota[1]);
   return true;
 }
 /* The overall figures and its tag's t: an allocation enters (sign 1) or leaves (sign -1) on this
- * thread's cells, under one uncontended lock on a line no other thread writes; an allocation past
- * a cell's quota then takes that set's slow path. A free leaves the quotas: the cells' room grows.
- */
+ * thread's cells, under one uncontended lock on a line no other thread writes; an allocation that
+ * does not fit a cell then takes that set's slow path. A free leaves the quotas: the cells' room
+ * grows. */
 static DV_INLINE void st_count(dv_stats* S, st_set* t, uint64_t size, int sign, bool total) {
   unsigned me = dv_shard();
   const int64_t d[2] = {(int64_t)size, 1};
+  DV_ASSERT(me < DV_SHARDS && t->lk == S->all.cells && (int64_t)size > 0); /* one lock: all's */
   st_cell *a = &S->all.cells[me], *c = &t->cells[me];
   dv_spin_lock(&a->mu);
   if (sign > 0) {
@@ -191,38 +238,27 @@ static DV_INLINE void st_count(dv_stats* S, st_set* t, uint64_t size, int sign, 
   dv_spin_unlock(&a->mu);
 }
 
-/* bound: every total since the last fold was at most the sum of the cells' high-water marks, so
- * the peak rises to that sum, and the marks start again from each cell's cur. */
-static void st_fold(st_set* s) {
-  int64_t hi[2] = {0, 0};
-  for (unsigned j = 0; j < DV_SHARDS; j++)
-    for (int k = 0; k < 2; k++)
-      hi[k] += s->cells[j].quota[k], s->cells[j].quota[k] = s->cells[j].cur[k];
-  for (int k = 0; k < 2; k++)
-    if (hi[k] > s->peak[k]) s->peak[k] = hi[k];
-}
-
-/* A snapshot of s (all its cells locked); zeros for a set never used. */
+/* A snapshot of s (all its cells locked, and the set settled); zeros for a set never used. */
 static devrt_memory_stats st_read(st_set* s, bool bound) {
   if (!s->cells) return (devrt_memory_stats){{0}, {0}};
   int64_t sum[2], tot[2];
   pthread_mutex_lock(&s->mu);
   st_lock_all(s, sum, tot);
-  if (bound) st_fold(s);
+  st_settle(s, st_roomiest(s), sum, bound);
   devrt_memory_stats st = {{sum[0], s->peak[0], tot[0]}, {sum[1], s->peak[1], tot[1]}};
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
   return st;
 }
-/* The peak of s becomes its current total; every quota its cell's cur. */
-static void st_reset(st_set* s, bool bound) {
+/* The peak of s becomes its current total; every quota its cell's cur (nothing handed out). */
+static void st_reset(st_set* s) {
   if (!s->cells) return;
   int64_t sum[2], tot[2];
+  const int64_t none[2] = {0, 0};
   pthread_mutex_lock(&s->mu);
   st_lock_all(s, sum, tot);
-  if (bound) st_fold(s); /* the marks start again from cur; the peak is set just below */
   s->peak[0] = sum[0], s->peak[1] = sum[1];
-  if (!bound) st_spread(s, 0, sum);
+  st_spread(s, 0, sum, none);
   st_unlock_all(s);
   pthread_mutex_unlock(&s->mu);
 }
@@ -241,7 +277,9 @@ static uint64_t st_hash(uintptr_t k) {
 /* The entry a tag address was seen with, or NULL (not yet, or the table was full). */
 static DV_INLINE st_set* st_find(dv_stats* S, const char* tag) {
   for (size_t i = st_hash((uintptr_t)tag) & (ST_SLOTS - 1);; i = (i + 1) & (ST_SLOTS - 1)) {
+    /* acquire: pairs with st_tag_add's release (pair is set before the key) */
     const char* k = atomic_load_explicit(&S->slots[i].key, memory_order_acquire);
+    DV_ASSERT(!k || S->slots[i].pair); /* a key is published after its pair */
     if (k == tag) return S->slots[i].pair;
     if (!k) return NULL;
   }
@@ -267,15 +305,17 @@ static DV_NOINLINE st_set* st_tag_add(dv_stats* S, const char* tag) {
               : &S->other;
       if (p != &S->other) S->tags[S->ntags++].name = tag;
     }
-    if (S->nslots < ST_SLOTS / 2) {
+    DV_ASSERT(p == &S->other || ((st_tag*)((char*)p - offsetof(st_tag, c)))->name);
+    if (S->nslots < ST_SLOTS / 2) { /* at most half the slots: a probe always meets an empty one */
       size_t i = st_hash((uintptr_t)tag) & (ST_SLOTS - 1);
       while (atomic_load_explicit(&S->slots[i].key, memory_order_relaxed))
         i = (i + 1) & (ST_SLOTS - 1);
       S->slots[i].pair = p;
-      atomic_store_explicit(&S->slots[i].key, tag, memory_order_release);
+      atomic_store_explicit(&S->slots[i].key, tag, memory_order_release); /* pairs: st_find */
       S->nslots++;
     }
   }
+  DV_ASSERT(S->nslots <= ST_SLOTS / 2 && S->ntags <= ST_TAGS);
   pthread_mutex_unlock(&S->tag_mu);
   return p;
 }
@@ -317,6 +357,7 @@ static DV_NOINLINE bool st_insert(st_shard* sh, st_ent e) {
     free(old.e);
   }
   st_put(sh, e);
+  DV_ASSERT(sh->n * 2 <= sh->cap); /* load <= 1/2 */
   return true;
 }
 
@@ -337,6 +378,7 @@ static DV_NOINLINE bool st_remove(st_shard* sh, uintptr_t key, st_ent* out) {
     }
   }
   sh->e[i].key = 0;
+  DV_ASSERT(sh->n > 0);
   sh->n--;
   return true;
 }
@@ -482,7 +524,7 @@ devrt_status devrt_statistics_reset_peaks(devrt_resource* r) {
   dv_stats* S = (dv_stats*)r;
   pthread_mutex_lock(&S->tag_mu);
   for (unsigned i = 0; i < S->ntags + 2; i++)
-    st_reset(i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other, S->bound);
+    st_reset(i < S->ntags ? &S->tags[i].c : i == S->ntags ? &S->all : &S->other);
   pthread_mutex_unlock(&S->tag_mu);
   return DEVRT_OK;
 }

@@ -221,7 +221,7 @@ struct devrt_comm {
 
 static bool is_host(devrt_runtime* rt) { return dv_is_host(rt->be); }
 
-static bool comm_ok(devrt_comm* c) {
+static bool comm_ok(devrt_comm* c) { /* acquire: pairs with the creating calls' release */
   return c && atomic_load_explicit(&c->magic, memory_order_acquire) == COMM_MAGIC;
 }
 
@@ -253,8 +253,8 @@ devrt_status devrt_comm_id_create(devrt_runtime* rt, devrt_comm_id* out) {
     static _Atomic uint64_t next;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t v[4] = {atomic_fetch_add(&next, 1) + 1, (uint64_t)getpid(), (uint64_t)ts.tv_sec,
-                     (uint64_t)ts.tv_nsec};
+    uint64_t v[4] = {atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1,
+                     (uint64_t)getpid(), (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec};
     memcpy(out->bytes, "devrt-host", 10);
     memcpy(out->bytes + 16, v, sizeof v);
     return DEVRT_OK;
@@ -299,7 +299,7 @@ devrt_status devrt_comms_create(unsigned n, devrt_runtime* const* rts, devrt_com
   for (unsigned i = 0; i < n; i++) {
     if (st == DEVRT_OK) {
       c[i]->nccl = nc[i], c[i]->g = g;
-      atomic_store_explicit(&c[i]->magic, COMM_MAGIC, memory_order_release);
+      atomic_store_explicit(&c[i]->magic, COMM_MAGIC, memory_order_release); /* pairs: comm_ok */
       comms[i] = c[i];
     } else {
       free(c ? c[i] : NULL);
@@ -378,7 +378,7 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
     free(c);
     return st;
   }
-  atomic_store_explicit(&c->magic, COMM_MAGIC, memory_order_release);
+  atomic_store_explicit(&c->magic, COMM_MAGIC, memory_order_release); /* pairs: comm_ok */
   *out = c;
   return DEVRT_OK;
 }
@@ -386,8 +386,10 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
 devrt_status devrt_comm_destroy(devrt_comm* c) {
   uint64_t m = COMM_MAGIC;
   dv_error_clear();
-  DV_ARG_CHECK(c && atomic_compare_exchange_strong(&c->magic, &m, 0), "devrt_comm_destroy",
-               "communicator %p is NULL or destroyed", (void*)c);
+  /* acquire: pairs with the creating call's release; one destroy wins */
+  DV_ARG_CHECK(c && atomic_compare_exchange_strong_explicit(&c->magic, &m, 0, memory_order_acquire,
+                                                            memory_order_relaxed),
+               "devrt_comm_destroy", "communicator %p is NULL or destroyed", (void*)c);
   devrt_status st = DEVRT_OK;
   if (c->g) {
     hgroup_unref(c->g);
@@ -474,7 +476,7 @@ static devrt_status cop_work(cop* o, const dv_nccl* lib) {
   devrt_runtime* rt = c->rt;
   if (c->g) {
     hgroup* g = c->g;
-    uint64_t seq = atomic_fetch_add(&c->seq, 1);
+    uint64_t seq = atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed); /* g->mu orders */
     pthread_mutex_lock(&g->mu);
     hinst* in = g->insts;
     while (in && in->seq != seq) in = in->next;

@@ -44,25 +44,35 @@ devrt_status devrt_peer_query(devrt_runtime* a, devrt_runtime* b, devrt_peer_inf
   return DEVRT_OK;
 }
 
-/* Adds b to a's links (link_mu held): a disabled entry first, else a new one. */
+/* The links are written only under link_mu: loads under it are relaxed. */
+static unsigned npeers_of(devrt_runtime* a) {
+  return atomic_load_explicit(&a->npeers, memory_order_relaxed);
+}
+static devrt_runtime* peer_at(devrt_runtime* a, unsigned i) {
+  return atomic_load_explicit(&a->peers[i], memory_order_relaxed);
+}
+
+/* Adds b to a's links (link_mu held): a disabled entry first, else a new one. The releases pair
+ * with dv_peer_linked's acquires. */
 static void link_add(devrt_runtime* a, devrt_runtime* b) {
-  unsigned n = atomic_load(&a->npeers), i = 0;
-  while (i < n && atomic_load(&a->peers[i])) i++;
+  unsigned n = npeers_of(a), i = 0;
+  while (i < n && peer_at(a, i)) i++;
+  DV_ASSERT(i < DV_MAX_PEERS); /* devrt_peer_enable refused a runtime with DV_MAX_PEERS links */
   atomic_store_explicit(&a->peers[i], b, memory_order_release);
   if (i == n) atomic_store_explicit(&a->npeers, n + 1, memory_order_release);
 }
 
 static void link_remove(devrt_runtime* a, devrt_runtime* b) {
-  unsigned n = atomic_load(&a->npeers);
+  unsigned n = npeers_of(a);
   for (unsigned i = 0; i < n; i++)
-    if (atomic_load(&a->peers[i]) == b)
-      atomic_store_explicit(&a->peers[i], NULL, memory_order_release);
+    if (peer_at(a, i) == b)
+      atomic_store_explicit(&a->peers[i], NULL, memory_order_relaxed); /* publishes nothing */
 }
 
 /* How many links a has (link_mu held). */
 static unsigned links(devrt_runtime* a) {
-  unsigned n = atomic_load(&a->npeers), k = 0;
-  for (unsigned i = 0; i < n; i++) k += atomic_load(&a->peers[i]) != NULL;
+  unsigned n = npeers_of(a), k = 0;
+  for (unsigned i = 0; i < n; i++) k += peer_at(a, i) != NULL;
   return k;
 }
 
@@ -88,7 +98,8 @@ devrt_status devrt_peer_enable(devrt_runtime* a, devrt_runtime* b) {
     goto out;
   }
   /* Wait lists gain room for the pair's slots before any of their marks can cross (block.h). */
-  atomic_fetch_add(&dv_peer_slots, a->nslots + b->nslots);
+  /* relaxed: link_add's release stores below order it before the link can be seen */
+  atomic_fetch_add_explicit(&dv_peer_slots, a->nslots + b->nslots, memory_order_relaxed);
   link_add(a, b);
   link_add(b, a);
 out:
@@ -101,7 +112,7 @@ static devrt_status quiesce(devrt_runtime* rt) {
   devrt_status st = DEVRT_OK;
   for (unsigned i = 0; i < rt->nslots; i++) {
     pthread_mutex_lock(&rt->pool_mu);
-    dv_stream* s = rt->slots[i].s;
+    dv_stream* s = dv_slot_stream(rt, i);
     pthread_mutex_unlock(&rt->pool_mu);
     if (!s) continue;
     uint64_t seq = dv_events_sync_begin(rt, i);
@@ -146,7 +157,7 @@ devrt_status devrt_peer_disable(devrt_runtime* a, devrt_runtime* b) {
   dv_completion_pass(b);
   a->be->peer_disable(a->dev, b->dev);
   a->be->peer_disable(b->dev, a->dev);
-  atomic_fetch_sub(&dv_peer_slots, a->nslots + b->nslots);
+  atomic_fetch_sub_explicit(&dv_peer_slots, a->nslots + b->nslots, memory_order_relaxed);
 out:
   pthread_mutex_unlock(&link_mu);
   return st;
@@ -156,8 +167,8 @@ devrt_status dv_peers_check_none(devrt_runtime* rt, const char* call) {
   pthread_mutex_lock(&link_mu);
   unsigned n = links(rt);
   int first = -1;
-  for (unsigned i = 0; first < 0 && i < atomic_load(&rt->npeers); i++) {
-    devrt_runtime* p = atomic_load(&rt->peers[i]);
+  for (unsigned i = 0; first < 0 && i < npeers_of(rt); i++) {
+    devrt_runtime* p = peer_at(rt, i);
     if (p) first = p->cfg.ordinal;
   }
   pthread_mutex_unlock(&link_mu);

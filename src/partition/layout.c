@@ -436,10 +436,13 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
 devrt_status devrt_layout_destroy(devrt_runtime* rt, devrt_layout* layout) {
   LOCKED_LAYOUT(rt, layout, "devrt_layout_destroy");
   devrt_status st = DEVRT_OK;
-  if (atomic_load(&L_->active) == layout || atomic_load(&layout->busy))
+  /* active is written under L_->mu, held here; busy's acquire pairs with acquire_busy's release
+   * (an acquire that is over is over before the layout is freed) */
+  unsigned busy = atomic_load_explicit(&layout->busy, memory_order_acquire);
+  if (atomic_load_explicit(&L_->active, memory_order_relaxed) == layout || busy)
     st = dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_layout_destroy: layout %p is %s", (void*)layout,
-                 atomic_load(&layout->busy) ? "handing out a stream on another thread"
-                                            : "active (devrt_layout_activate(rt, NULL) first)");
+                 busy ? "handing out a stream on another thread"
+                      : "active (devrt_layout_activate(rt, NULL) first)");
   for (unsigned i = 0; st == DEVRT_OK && i < layout->plan.partitions; i++)
     if (layout->parts[i].pool.slots)
       st = dv_streams_check_unexported(rt, &layout->parts[i].pool, "devrt_layout_destroy");
@@ -472,7 +475,8 @@ devrt_status devrt_layout_activate(devrt_runtime* rt, devrt_layout* layout) {
   dv_layouts* L = rt->layouts;
   pthread_mutex_lock(&L->mu);
   bool ok = !layout || live(L, layout);
-  if (ok) atomic_store_explicit(&L->active, layout, memory_order_release);
+  if (ok) /* release: pairs with dv_default_acquire's acquire */
+    atomic_store_explicit(&L->active, layout, memory_order_release);
   pthread_mutex_unlock(&L->mu);
   if (!ok)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
@@ -486,7 +490,7 @@ devrt_status devrt_layout_info_get(devrt_runtime* rt, devrt_layout* layout,
   DV_ARG_CHECK(out, "devrt_layout_info_get", "out is NULL");
   LOCKED_LAYOUT(rt, layout, "devrt_layout_info_get");
   out->plan = layout->plan;
-  out->active = atomic_load(&L_->active) == layout;
+  out->active = atomic_load_explicit(&L_->active, memory_order_relaxed) == layout; /* L_->mu */
   out->create_ms = layout->create_ms;
   pthread_mutex_unlock(&L_->mu);
   return DEVRT_OK;
@@ -530,10 +534,11 @@ devrt_status devrt_partition_info_get(devrt_runtime* rt, devrt_partition* p,
  * destroyed under the acquire (which may wait) and without holding the layouts' lock. */
 static devrt_status acquire_busy(devrt_runtime* rt, devrt_layout* l, dv_pool* pool,
                                  devrt_acquire_mode mode, devrt_stream* out, const char* call) {
-  atomic_fetch_add(&l->busy, 1);
+  atomic_fetch_add_explicit(&l->busy, 1, memory_order_relaxed); /* the mutex publishes it */
   pthread_mutex_unlock(&rt->layouts->mu);
   devrt_status st = dv_pool_acquire(rt, pool, mode, out, call);
-  atomic_fetch_sub(&l->busy, 1);
+  /* release: pairs with devrt_layout_destroy's acquire (this use of l is over) */
+  atomic_fetch_sub_explicit(&l->busy, 1, memory_order_release);
   return st;
 }
 
@@ -549,6 +554,7 @@ devrt_status devrt_partition_stream_acquire(devrt_runtime* rt, devrt_partition* 
 devrt_status dv_default_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out,
                                 const char* call) {
   dv_layouts* L = rt->layouts;
+  /* acquire: pairs with devrt_layout_activate's release */
   if (DV_LIKELY(!atomic_load_explicit(&L->active, memory_order_acquire)))
     return dv_pool_acquire(rt, &rt->pool, mode, out, call);
   pthread_mutex_lock(&L->mu);

@@ -14,6 +14,7 @@
 void dv_watch(devrt_semaphore* s) {
   if (s->watched) return;
   dv_queue* q = s->rt->q;
+  DV_ASSERT(atomic_load_explicit(&s->refs, memory_order_relaxed) > 0); /* the caller's, under mu */
   s->watched = true;
   dv_sem_ref(s);
   pthread_mutex_lock(&q->cmu);
@@ -63,6 +64,7 @@ static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_i
                   ? dv_sem_find(s, dv_sem_needed(s))
                   : NULL;
   if (tp) {
+    DV_ASSERT(tp->ev && tp->value > atomic_load_explicit(&s->value, memory_order_relaxed));
     *t = (target){s, tp->ev, tp->value, tp->order};
     dv_pev_ref(t->ev);
     *arm_it = rt->cfg.completion == DEVRT_COMPLETION_HOSTFN && !tp->armed;
@@ -75,6 +77,7 @@ static bool needed(devrt_runtime* rt, devrt_semaphore* s, target* t, bool* arm_i
 }
 
 static void idle(dv_queue* q, uint64_t timeout_ns) {
+  DV_ASSERT(!q->cidle); /* only the completion thread idles, under cmu */
   q->cidle = true;
   if (timeout_ns) {
     struct timespec ts;
@@ -139,8 +142,10 @@ static void* complete_main(void* arg) {
       if (st != DEVRT_OK) dv_device_lost(rt, devrt_last_error());
       pthread_mutex_lock(&q->cmu);
     }
+    DV_ASSERT(!oldest.s == !oldest.ev); /* a target holds its event's reference */
     if (oldest.s) dv_pev_unref(rt, oldest.ev);
   }
+  DV_ASSERT(!q->watch && q->cstop); /* it stops only with nothing left to watch */
   pthread_mutex_unlock(&q->cmu);
   return NULL;
 }
@@ -191,8 +196,9 @@ void dv_device_lost(devrt_runtime* rt, const char* msg) {
   bool first = !atomic_load_explicit(&q->lost, memory_order_relaxed);
   if (first) {
     snprintf(q->lost_msg, sizeof q->lost_msg, "%s", m);
-    atomic_store_explicit(&q->lost, true, memory_order_release);
+    atomic_store_explicit(&q->lost, true, memory_order_release); /* pairs: devrt_queue_submit */
   }
+  DV_ASSERT(atomic_load_explicit(&q->lost, memory_order_relaxed) && q->lost_msg[0]); /* sticky */
   pthread_mutex_unlock(&q->mu);
   if (!first) return;
   for (;;) { /* fail every live semaphore of the runtime, one at a time (failing one takes q->mu) */

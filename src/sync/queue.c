@@ -81,11 +81,13 @@ static void issue(dv_action* a, dv_pev** evs, unsigned nev) {
   dv_waits w; /* one per source slot: never more than the waits, every one a peer's at most */
   if (st == DEVRT_OK && (st = dv_waits_init(&w, rt)) == DEVRT_OK) w.foreign = DEVRT_QUEUE_MAX_WAITS;
   unsigned slot = DV_SID_SLOT(id), waits = 0;
+  DV_ASSERT(nev <= a->nwaits && nev <= DEVRT_QUEUE_MAX_WAITS);
   for (unsigned i = 0; i < nev; i++) {
     if (st == DEVRT_OK) dv_waits_add(&w, rt, slot, evs[i]);
     dv_pev_unref(rt, evs[i]);
   }
   if (st == DEVRT_OK) waits = w.n;
+  DV_ASSERT(waits <= nev); /* one per source slot: never more than the waits */
   if (st == DEVRT_OK && waits)
     st = dv_slot_settle(rt, slot, NULL, 0,
                         NULL); /* the slot's newest point stays before the waits */
@@ -132,6 +134,7 @@ static void run_host_call(dv_action* a) {
 
 static void push_ready(dv_action* a) {
   dv_queue* q = a->rt->q;
+  DV_ASSERT(a->kind == DEVRT_WORK_HOST_CALL && a->heap); /* only host calls go to the thread */
   a->next = NULL;
   pthread_mutex_lock(&q->mu);
   if (q->ready_tail)
@@ -139,6 +142,7 @@ static void push_ready(dv_action* a) {
   else
     q->ready = a;
   q->ready_tail = a;
+  DV_ASSERT(q->ready && !q->ready_tail->next);
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
 }
@@ -157,6 +161,7 @@ static bool try_issue(dv_action* a) {
     dv_wait_result r =
         dv_sem_resolve(a->waits[i].semaphore, a->waits[i].value, a, &evs[nev], &cause, msg);
     if (r == DV_WAIT_EVENT) nev++;
+    DV_ASSERT(nev <= i + 1); /* at most one event per wait */
     if (r == DV_WAIT_PARKED || r == DV_WAIT_FAILED) {
       while (nev) dv_pev_unref(rt, evs[--nev]);
       if (r == DV_WAIT_FAILED) dv_action_fail(a, cause, msg); /* parked: a is no longer ours */
@@ -175,6 +180,7 @@ static bool try_issue(dv_action* a) {
 /* Issues what s's parked heaps release now (host calls go to the dispatch thread's ready list) and
  * drops the reference that came with s->queued. Under q->issue. */
 static void release(devrt_semaphore* s) {
+  DV_ASSERT(atomic_load_explicit(&s->refs, memory_order_relaxed) > 0); /* the list's reference */
   for (dv_action *x = dv_sem_release(s), *nx; x; x = nx) {
     nx = x->next;
     try_issue(x);
@@ -184,6 +190,7 @@ static void release(devrt_semaphore* s) {
 
 void dv_queue_kick(devrt_runtime* rt, devrt_semaphore* s) {
   dv_queue* q = rt->q;
+  DV_ASSERT(s->queued && s->rt == rt); /* set by release_check, which took the list's reference */
   pthread_mutex_lock(&q->mu);
   s->qnext = q->dirty, q->dirty = s;
   pthread_cond_signal(&q->cv);
@@ -209,7 +216,8 @@ static _Thread_local cascade tl_cascade;
 void dv_queue_kick_here(devrt_runtime* rt, devrt_semaphore* s) {
   dv_queue* q = rt->q;
   cascade* c = &tl_cascade;
-  if (c->rt == rt && c->n < CASCADE_MAX) { /* inside this thread's cascade: the next level */
+  DV_ASSERT(s->queued && c->n <= CASCADE_MAX); /* queued: on no other list, with its reference */
+  if (c->rt == rt && c->n < CASCADE_MAX) {     /* inside this thread's cascade: the next level */
     c->n++;
     s->qnext = c->more, c->more = s;
     return;
@@ -225,6 +233,7 @@ void dv_queue_kick_here(devrt_runtime* rt, devrt_semaphore* s) {
     c->more = x->qnext;
     release(x);
   }
+  DV_ASSERT(c->rt == rt && !c->more && c->n <= CASCADE_MAX);
   c->rt = NULL;
   pthread_mutex_unlock(&q->issue);
 }
@@ -247,6 +256,7 @@ static void* dispatch_main(void* arg) {
       pthread_mutex_lock(&q->mu);
     } else if (a) {
       if (!(q->ready = a->next)) q->ready_tail = NULL;
+      DV_ASSERT(!q->ready == !q->ready_tail);
       pthread_mutex_unlock(&q->mu);
       run_host_call(a);
       pthread_mutex_lock(&q->mu);
@@ -268,6 +278,7 @@ void dv_queue_add_sem(devrt_runtime* rt, devrt_semaphore* s) {
   if (q->live) q->live->prev = s;
   q->live = s;
   q->nlive++;
+  DV_ASSERT(!s->prev && (!s->next || s->next->prev == s));
   pthread_mutex_unlock(&q->mu);
 }
 
@@ -279,7 +290,9 @@ void dv_queue_remove_sem(devrt_runtime* rt, devrt_semaphore* s) {
   else
     q->live = s->next;
   if (s->next) s->next->prev = s->prev;
+  DV_ASSERT(q->nlive > 0);
   q->nlive--;
+  DV_ASSERT(!q->live == !q->nlive);
   pthread_mutex_unlock(&q->mu);
 }
 
@@ -300,7 +313,7 @@ static devrt_status check_list(devrt_runtime* rt, const devrt_semaphore_value* l
                  what, i, (void*)s, s->rt->cfg.ordinal);
     DV_ARG_CHECK(l[i].value <= DEVRT_SEMAPHORE_MAX_VALUE, "devrt_queue_submit",
                  "%s %u: value %" PRIu64 " is above the maximum 2^63-1", what, i, l[i].value);
-    uint64_t cur = atomic_load_explicit(&s->value, memory_order_acquire);
+    uint64_t cur = atomic_load_explicit(&s->value, memory_order_relaxed); /* a number to check */
     DV_ARG_CHECK(!signal || l[i].value > cur, "devrt_queue_submit",
                  "signal %u: value %" PRIu64 " is not above the current %" PRIu64
                  " of semaphore %p",
@@ -389,6 +402,7 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   size_t argbytes = 0;
   devrt_block blk = 0;
   devrt_status st = validate(rt, sub, &nargs, &argbytes);
+  /* acquire: pairs with dv_device_lost's release (lost_msg is written before) */
   if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))
     st = dv_fail(DEVRT_ERR_DEVICE_LOST, "devrt_queue_submit: %s", q->lost_msg);
   if (st == DEVRT_OK && sub->kind == DEVRT_WORK_ALLOC)
@@ -483,6 +497,8 @@ devrt_status dv_queue_fini(devrt_runtime* rt) {
         "devrt_runtime_destroy: %u semaphore(s) of this runtime are alive: destroy them first",
         live);
   if (q->dispatcher_up) pthread_join(q->dispatcher, NULL);
+  /* the dispatch thread stops once nothing is left to release or run */
+  DV_ASSERT(!q->dispatcher_up || (!q->dirty && !q->ready && !q->live));
   dv_completion_stop(rt);
   pthread_mutex_destroy(&q->issue);
   pthread_mutex_destroy(&q->mu);

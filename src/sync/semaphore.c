@@ -12,7 +12,7 @@
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
 #define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */
 
-bool dv_sem_ok(devrt_semaphore* s) {
+bool dv_sem_ok(devrt_semaphore* s) { /* acquire: pairs with devrt_semaphore_create's release */
   return s && atomic_load_explicit(&s->magic, memory_order_acquire) == SEM_MAGIC;
 }
 #define SEM_CHECK(s, call)                                                             \
@@ -34,11 +34,22 @@ static inline void cpu_relax(void) {
 }
 
 void dv_sem_ref(devrt_semaphore* s) {
-  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  uint32_t was = atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+  DV_ASSERT(was > 0); /* taken through a reference the caller holds */
+  (void)was;
 }
 
 void dv_sem_unref(devrt_semaphore* s) {
-  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+  /* acq_rel: each holder's release pairs with the last one's acquire: the free comes after every
+   * holder's use */
+  uint32_t was = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+  DV_ASSERT(was > 0);
+  if (was != 1) return;
+  /* The user's reference goes only with destroy (the kill drops the signals and fires the
+   * waiters), and every list, waiter and parked submission holds one: nothing is left. */
+  DV_ASSERT(atomic_load_explicit(&s->state, memory_order_relaxed) == SEM_DESTROYED);
+  DV_ASSERT(!s->head && !s->ntps && !s->waiters[0].head && !s->waiters[1].head);
+  DV_ASSERT(!s->dev.n && !s->host.n && !s->queued && !s->watched);
   pthread_mutex_destroy(&s->mu);
   free(s->dev.v);
   free(s->host.v);
@@ -48,6 +59,15 @@ void dv_sem_unref(devrt_semaphore* s) {
 /* ---- parked heaps ---- */
 
 static uint64_t heap_min(const dv_heap* h) { return h->n ? h->v[0].value : UINT64_MAX; }
+
+/* The heap order around entry i: its parent's value <= its own <= its children's (asserts only:
+ * the entry a push or a pop placed). */
+static __attribute__((unused)) bool heap_ok_at(const dv_heap* h, unsigned i) {
+  uint64_t v = h->v[i].value;
+  return i < h->n && (!i || h->v[(i - 1) / 2].value <= v) &&
+         (2 * i + 1 >= h->n || v <= h->v[2 * i + 1].value) &&
+         (2 * i + 2 >= h->n || v <= h->v[2 * i + 2].value);
+}
 
 static bool heap_push(dv_heap* h, uint64_t v, dv_action* a) {
   if (h->n == h->cap) {
@@ -59,10 +79,12 @@ static bool heap_push(dv_heap* h, uint64_t v, dv_action* a) {
   unsigned i = h->n++;
   for (; i && h->v[(i - 1) / 2].value > v; i = (i - 1) / 2) h->v[i] = h->v[(i - 1) / 2];
   h->v[i] = (dv_park){v, a};
+  DV_ASSERT(heap_ok_at(h, i) && h->n <= h->cap);
   return true;
 }
 
 static dv_action* heap_pop(dv_heap* h) {
+  DV_ASSERT(h->n > 0);
   dv_action* top = h->v[0].a;
   dv_park last = h->v[--h->n];
   unsigned i = 0;
@@ -72,6 +94,7 @@ static dv_action* heap_pop(dv_heap* h) {
     h->v[i] = h->v[c];
   }
   if (h->n) h->v[i] = last;
+  DV_ASSERT(!h->n || heap_ok_at(h, i));
   return top;
 }
 
@@ -105,6 +128,7 @@ static void unlink_node(devrt_semaphore* s, dv_wnode* n) {
 }
 
 static void fire(devrt_semaphore* s, dv_wnode* n) {
+  DV_ASSERT(n->w && n == wlist(s, n)->head); /* a prefix: the smallest value goes first */
   unlink_node(s, n);
   pthread_mutex_lock(&n->w->mu);
   n->w->fired = true;
@@ -121,14 +145,17 @@ static void fire_upto(devrt_semaphore* s, dv_wlist* l, uint64_t v, bool sched) {
   }
 }
 
+/* The scheduled watermark, read without mu: acquire, pairing with raise_sched's release; raised
+ * under mu. */
 static uint64_t sched(devrt_semaphore* s) {
   return atomic_load_explicit(&s->scheduled, memory_order_acquire);
 }
-static void raise_sched(devrt_semaphore* s, uint64_t v) { /* under mu */
+static void raise_sched(devrt_semaphore* s, uint64_t v) {
   if (sched(s) < v) atomic_store_explicit(&s->scheduled, v, memory_order_release);
 }
 
 static void drop_tp(devrt_semaphore* s, dv_tp* t) {
+  DV_ASSERT(s->ntps > 0 && t->ev);
   s->ntps--;
   if (t->prev)
     t->prev->next = t->next;
@@ -138,6 +165,7 @@ static void drop_tp(devrt_semaphore* s, dv_tp* t) {
     t->next->prev = t->prev;
   else
     s->tail = t->prev;
+  DV_ASSERT(!s->head == !s->ntps && !s->head == !s->tail);
   dv_pev_unref(s->rt, t->ev);
   free(t);
 }
@@ -148,6 +176,7 @@ dv_tp* dv_sem_find(devrt_semaphore* s, uint64_t v) {
   dv_tp* t = s->tail;
   if (!t || t->value < v) return NULL;
   while (t->prev && t->prev->value >= v) t = t->prev;
+  DV_ASSERT(t->value >= v && (!t->prev || t->prev->value < v)); /* the oldest reaching v */
   return t;
 }
 
@@ -175,18 +204,29 @@ static bool release_check(devrt_semaphore* s, bool gpu) {
 }
 
 static bool advance(devrt_semaphore* s, uint64_t v, bool gpu) {
+  DV_ASSERT(v > atomic_load_explicit(&s->value, memory_order_relaxed)); /* the watermark rises */
+  /* release: pairs with the acquire loads of the waiters (check, poll_all, devrt_semaphore_query):
+   * a host waiter that sees v reached sees what the signaller did before */
   atomic_store_explicit(&s->value, v, memory_order_release);
   raise_sched(s, v);
   if (gpu) atomic_fetch_add_explicit(&s->rt->q->completions, 1, memory_order_relaxed);
   while (s->head && s->head->value <= v) drop_tp(s, s->head);
   for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], v, false);
+  /* scheduled >= value; what is left is not yet complete, and nobody waits for a value reached */
+  DV_ASSERT(sched(s) >= v && (!s->head || s->head->value > v));
+  DV_ASSERT((!s->waiters[0].head || s->waiters[0].head->value > v) &&
+            (!s->waiters[1].head || s->waiters[1].head->value > v));
   return release_check(s, gpu);
 }
 
 static bool kill(devrt_semaphore* s, int state) {
+  /* release: pairs with the acquire loads of check, gone and devrt_semaphore_failure (cause and
+   * msg are written before) */
   atomic_store_explicit(&s->state, state, memory_order_release);
+  DV_ASSERT(state != SEM_LIVE);
   while (s->head) drop_tp(s, s->head);
   for (int i = 0; i < 2; i++) fire_upto(s, &s->waiters[i], UINT64_MAX, false);
+  DV_ASSERT(!s->ntps && !s->waiters[0].head && !s->waiters[1].head); /* all dropped and woken */
   return release_check(s, false);
 }
 
@@ -208,7 +248,8 @@ bool dv_sem_observe(devrt_semaphore* s, dv_pev* ev, uint64_t v) {
     return true;
   }
   if (done) {
-    dv_events_sync_end(rt, ev->slot, ev->seq); /* use tracking can skip waits on it now */
+    /* done: settled, so its seq is final (relaxed); use tracking can skip waits on it now */
+    dv_events_sync_end(rt, ev->slot, atomic_load_explicit(&ev->seq, memory_order_relaxed));
     dv_sem_complete(s, v, true);
   }
   return done;
@@ -244,6 +285,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
       t->next->prev = t;
     else
       s->tail = t;
+    DV_ASSERT((!t->prev || t->prev->value <= v) && (!t->next || v < t->next->value)); /* by value */
     t = NULL;
     s->ntps++;
     raise_sched(s, v);
@@ -255,6 +297,7 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
     if (s->ntps >= 64 && s->ntps % 16 == 0) {
       dv_tp* p = s->head;
       for (int i = 0; i < 31; i++) p = p->next;
+      DV_ASSERT(p && p->value > atomic_load_explicit(&s->value, memory_order_relaxed));
       probe = p->ev, pv = p->value;
       dv_pev_ref(probe);
     }
@@ -324,8 +367,12 @@ dv_action* dv_sem_release(devrt_semaphore* s) {
   for (dv_heap* h = &s->dev; h; h = h == &s->dev ? &s->host : NULL)
     while (h->n && (dead || heap_min(h) <= (h == &s->dev ? sched(s) : v))) {
       dv_action* a = heap_pop(h);
+      DV_ASSERT(a->heap && a->was_parked); /* only heap copies are parked */
       a->next = NULL, *tail = a, tail = &a->next;
     }
+  /* what is left waits for a value not yet reached (a dead semaphore keeps nothing) */
+  DV_ASSERT(dead ? !s->dev.n && !s->host.n
+                 : heap_min(&s->dev) > sched(s) && heap_min(&s->host) > v);
   pthread_mutex_unlock(&s->mu);
   return head;
 }
@@ -369,7 +416,7 @@ void dv_sems_forget(devrt_runtime* rt, devrt_runtime* other) {
 /* ---- host waits ---- */
 
 static devrt_status gone(devrt_semaphore* s, const char* call) {
-  if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED)
+  if (atomic_load_explicit(&s->state, memory_order_acquire) == SEM_DESTROYED) /* pairs: kill */
     return dv_fail(DEVRT_ERR_CANCELLED, "%s: semaphore %p was destroyed while the call waited",
                    call, (void*)s);
   return dv_fail(DEVRT_ERR_ABORTED, "%s: semaphore %p failed: %s: %s", call, (void*)s,
@@ -382,6 +429,7 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
                           devrt_wait_mode mode, unsigned* idx, const char* call) {
   unsigned met = 0, any = 0;
   for (unsigned i = 0; i < n; i++) {
+    /* acquire: pairs with kill's release (state) and advance's (value) */
     if (atomic_load_explicit(&s[i]->state, memory_order_acquire) != SEM_LIVE) {
       *idx = i;
       return gone(s[i], call);
@@ -389,6 +437,7 @@ static devrt_status check(unsigned n, devrt_semaphore* const* s, const uint64_t*
     if (atomic_load_explicit(&s[i]->value, memory_order_acquire) >= v[i]) met++, any = i;
   }
   if (mode == DEVRT_WAIT_ANY ? met == 0 : met < n) return NOT_YET;
+  DV_ASSERT(met <= n && any < n);
   *idx = any;
   return DEVRT_OK;
 }
@@ -408,7 +457,8 @@ static void poll(devrt_semaphore* s, uint64_t v) {
 
 static void poll_all(unsigned n, devrt_semaphore* const* s, const uint64_t* v) {
   for (unsigned i = 0; i < n; i++)
-    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) poll(s[i], v[i]);
+    if (atomic_load_explicit(&s[i]->value, memory_order_acquire) < v[i]) /* pairs: advance */
+      poll(s[i], v[i]);
 }
 
 /* Sleeps on w with a node in each semaphore not yet satisfied, until one fires (a completion, a
@@ -439,6 +489,7 @@ static devrt_status block(unsigned n, devrt_semaphore* const* s, const uint64_t*
   for (unsigned i = 0; i < n; i++) { /* after this no signaller can reach w */
     pthread_mutex_lock(&s[i]->mu);
     if (nodes[i].linked) unlink_node(s[i], &nodes[i]);
+    DV_ASSERT(!nodes[i].linked && nodes[i].w == w);
     pthread_mutex_unlock(&s[i]->mu);
   }
   return st == NOT_YET ? check(n, s, v, mode, idx, call) : st;
@@ -495,7 +546,8 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
   return dv_fail(DEVRT_ERR_TIMEOUT,
                  "%s: %u semaphore(s) (first %p at %" PRIu64 ", waiting for %" PRIu64
                  ") not reached within %" PRIu64 " ns",
-                 call, n, (void*)s[0], atomic_load(&s[0]->value), v[0], timeout);
+                 call, n, (void*)s[0], atomic_load_explicit(&s[0]->value, memory_order_relaxed),
+                 v[0], timeout);
 }
 
 /* ---- public ---- */
@@ -513,15 +565,17 @@ devrt_status devrt_semaphore_create(devrt_runtime* rt, uint64_t initial, devrt_s
   atomic_init(&s->scheduled, initial);
   pthread_mutex_init(&s->mu, NULL);
   dv_queue_add_sem(rt, s);
-  atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release);
+  atomic_store_explicit(&s->magic, SEM_MAGIC, memory_order_release); /* pairs: dv_sem_ok */
   *out = s;
   return DEVRT_OK;
 }
 
 devrt_status devrt_semaphore_destroy(devrt_semaphore* s) {
   uint64_t m = SEM_MAGIC;
-  DV_ARG_CHECK(s && atomic_compare_exchange_strong(&s->magic, &m, 0), "devrt_semaphore_destroy",
-               "semaphore %p is NULL or destroyed", (void*)s);
+  /* acquire: pairs with devrt_semaphore_create's release; one destroy wins */
+  DV_ARG_CHECK(s && atomic_compare_exchange_strong_explicit(&s->magic, &m, 0, memory_order_acquire,
+                                                            memory_order_relaxed),
+               "devrt_semaphore_destroy", "semaphore %p is NULL or destroyed", (void*)s);
   pthread_mutex_lock(&s->mu);
   bool kick = kill(s, SEM_DESTROYED);
   pthread_mutex_unlock(&s->mu);
@@ -558,8 +612,8 @@ devrt_status devrt_semaphore_query(devrt_semaphore* s, uint64_t* value) {
   uint64_t oldest = s->head ? s->head->value : 0;
   pthread_mutex_unlock(&s->mu);
   if (oldest) poll(s, oldest);
-  int state = atomic_load_explicit(&s->state, memory_order_acquire);
-  *value = atomic_load_explicit(&s->value, memory_order_acquire);
+  int state = atomic_load_explicit(&s->state, memory_order_acquire); /* pairs: kill's release */
+  *value = atomic_load_explicit(&s->value, memory_order_acquire);    /* pairs: advance's */
   return state == SEM_LIVE ? DEVRT_OK : gone(s, "devrt_semaphore_query");
 }
 
@@ -584,6 +638,7 @@ devrt_status devrt_semaphore_failure(devrt_semaphore* s, devrt_status* status,
                                      const char** message) {
   SEM_CHECK(s, "devrt_semaphore_failure");
   DV_ARG_CHECK(status && message, "devrt_semaphore_failure", "status or message is NULL");
+  /* acquire: pairs with kill's release (cause and msg were written before) */
   bool failed = atomic_load_explicit(&s->state, memory_order_acquire) == SEM_FAILED;
   *status = failed ? s->cause : DEVRT_OK;
   *message = failed ? s->msg : "";

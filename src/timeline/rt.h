@@ -80,7 +80,9 @@ static inline bool dv_rt_ok(devrt_runtime* rt) {
 
 /* Whether rt and other have peer access (a snapshot; rt == other is not a link). Lock-free. */
 static inline bool dv_peer_linked(devrt_runtime* rt, devrt_runtime* other) {
-  unsigned n = atomic_load_explicit(&rt->npeers, memory_order_acquire); /* pairs: peer.c's add */
+  /* acquire, both: pair with peer.c's link_add releases (npeers after the entry; the entry after
+   * the dv_peer_slots add that gives wait lists room for the pair's marks) */
+  unsigned n = atomic_load_explicit(&rt->npeers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
     if (atomic_load_explicit(&rt->peers[i], memory_order_acquire) == other) return true;
   return false;
@@ -104,6 +106,14 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
   if (DV_UNLIKELY(!dv_stream_held(rt, id))) return dv_stream_refused(rt, id, call);
   *out = rt->slots[DV_SID_SLOT(id)].s;
   return DEVRT_OK;
+}
+
+/* The backend stream of slot i, whoever leases it now (NULL: never created), for a layer that
+ * keeps work per slot past a lease (the async leaf's pending frees: their stream lives on in the
+ * slot until the runtime goes, or until retirement tells the layer it is going). */
+static inline dv_stream* dv_slot_stream(devrt_runtime* rt, unsigned i) {
+  DV_ASSERT(i < rt->nslots);
+  return rt->slots[i].s;
 }
 
 /* The runtime's own stream (the slot past the pool), created on first call; never released. */
