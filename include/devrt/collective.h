@@ -11,8 +11,9 @@
  *
  * Calls for several ranks from one thread must be grouped (devrt_group_start, then one call per
  * rank, then devrt_group_end), as NCCL requires: the work is enqueued at devrt_group_end, and
- * only then is it recorded on the blocks. Until devrt_group_end returns, the group's blocks are
- * held (a free of one is refused with INVALID_STATE) and other work must not use them.
+ * only then are the blocks pinned and the work recorded on them. Other work must not use them
+ * until devrt_group_end returns; a block freed before it makes devrt_group_end fail with
+ * STALE_BLOCK before anything of the group is enqueued.
  *
  * Backends. cuda: libnccl is loaded at the first call (DEVRT_NCCL_LIBRARY, else libnccl.so.2,
  * else the nvidia-nccl wheels' copies under python's site directories); missing, every call is

@@ -72,9 +72,9 @@ devrt_status devrt_stream_forget(devrt_runtime* rt, devrt_stream stream);
 typedef void (*devrt_host_fn)(void* user);
 
 /* Enqueues fn(user) on the stream: it runs on a driver (or worker) thread once prior work is
- * done, and later work waits for it. fn must not call devrt stream, event or resource functions
- * (a reap, or an allocation's pressure ladder, may be waiting for this very stream). Thread-safe.
- */
+ * done, and later work waits for it. fn must not call devrt: on cuda no CUDA call is allowed
+ * there, and on either backend a call may wait for this very stream (a synchronize, a reap or an
+ * allocation's pressure ladder, a semaphore wait, a launch or submit that issues). Thread-safe. */
 devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream stream, devrt_host_fn fn,
                                     void* user);
 

@@ -132,7 +132,8 @@ devrt_status devrt_peer_disable(devrt_runtime* a, devrt_runtime* b) {
                  a->cfg.ordinal, b->cfg.ordinal);
     goto out;
   }
-  /* No release is issued meanwhile (the issue mutexes, in address order: sync.h's order). */
+  /* No release is issued meanwhile (the issue mutexes, in address order: sync.h, dv_queue.issue).
+   */
   devrt_runtime *lo = a < b ? a : b, *hi = a < b ? b : a;
   pthread_mutex_lock(&lo->q->issue);
   pthread_mutex_lock(&hi->q->issue);

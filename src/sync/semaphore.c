@@ -304,8 +304,9 @@ void dv_sem_schedule(devrt_semaphore* s, uint64_t v, dv_pev* ev) {
   }
   pthread_mutex_unlock(&s->mu);
   free(t);
-  /* Issued on this thread when it is free to (a submitting thread; inside a release the issue
-   * mutex is held, so the dispatch thread takes the next level); not this call's failure. */
+  /* Issued on this thread when it is free to (dv_queue_kick_here: inside a release on this
+   * thread, the next level joins its list; else a try-lock of the issue mutex, or the dispatch
+   * thread); not this call's failure. */
   if (kick) DV_KEEP_ERROR(dv_queue_kick_here(s->rt, s));
   if (probe) observe(s, probe, pv);
 }

@@ -103,10 +103,13 @@ struct dv_action {
 
 typedef struct dv_queue {
   /* Serializes issuing released (once parked) submissions: held across dv_sem_release and the
-   * issue of what it returned, so one semaphore's releases are issued in the order released. The
-   * one mutex held across driver calls and allocations. The dispatch thread takes it; a host
-   * signal only try-locks it (else it hands the semaphore to the dispatch thread), then issues
-   * the chain its release sets off, up to a bound (dv_queue_kick_here). */
+   * issue of what it returned, so one semaphore's releases are issued in the order released, and
+   * across everything that issue reaches (driver calls, allocations, the memory stack, user
+   * enqueue callbacks). The outermost lock of sync/ (docs/architecture.md's lock order). The
+   * dispatch thread takes it; a host signal only try-locks it (else it hands the semaphore to the
+   * dispatch thread), then issues the chain its release sets off, up to a bound
+   * (dv_queue_kick_here). Two runtimes' issue mutexes are taken together only in address order
+   * (peer.c); elsewhere a second one is only try-locked. */
   pthread_mutex_t issue;
   pthread_mutex_t mu; /* the dispatcher's lists and the live-semaphore list */
   pthread_cond_t cv;
