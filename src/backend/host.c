@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backend.h"
+#include "../core/thread.h"
 #include "../core/parse.h"
 
 /* Every allocation carries a 256-byte header in front of the returned pointer. */
@@ -204,17 +205,9 @@ static devrt_status op_new(op_kind kind, size_t extra, const char* who, op** out
   return DEVRT_OK;
 }
 
-/* s->mu held: starts the stream's worker thread. Workers take no asynchronous signals: those
- * belong to the application's threads. */
+/* s->mu held: starts the stream's worker thread (no asynchronous signals: core/thread.h). */
 static devrt_status start_worker(dv_stream* s, const char* who) {
-  sigset_t block, old;
-  sigfillset(&block);
-  int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
-  for (size_t i = 0; i < sizeof sync_signals / sizeof *sync_signals; i++)
-    sigdelset(&block, sync_signals[i]);
-  pthread_sigmask(SIG_SETMASK, &block, &old);
-  int rc = pthread_create(&s->thread, NULL, worker_main, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = dv_thread_start(&s->thread, worker_main, s);
   if (rc != 0)
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "%s: starting the stream's thread failed (errno %d)",
                    who, rc);

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 #include "memory.h"
 #include "account.h"
+#include "../core/thread.h"
 
 /* Upstream: called through its vtable. */
 #define UP_ALLOCATE(self, ...) (self)->upstream->vtable->allocate((self)->upstream, __VA_ARGS__)
@@ -140,12 +140,8 @@ static devrt_status lg_add_file(dv_logging* L) {
   pthread_mutex_lock(&lg_files_mu);
   int rc = 0;
   if (!lg_flusher_up && (rc = atexit(lg_at_exit)) == 0) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t t;
-    rc = pthread_create(&t, NULL, lg_flusher, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    rc = dv_thread_start(&t, lg_flusher, NULL); /* no asynchronous signals: core/thread.h */
     if (rc == 0) pthread_detach(t);
     lg_flusher_up = rc == 0;
   }

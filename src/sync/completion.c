@@ -7,6 +7,7 @@
 #include <time.h>
 #include <sched.h>
 #include "sync.h"
+#include "../core/thread.h"
 
 #define POLL_NS \
   50000000ull /* hostfn mode: the watched signals are also queried this often (errors) */
@@ -152,7 +153,7 @@ static void* complete_main(void* arg) {
 
 devrt_status dv_completion_start(devrt_runtime* rt) {
   dv_queue* q = rt->q;
-  if (pthread_create(&q->completer, NULL, complete_main, rt)) return DEVRT_ERR_OUT_OF_RESOURCES;
+  if (dv_thread_start(&q->completer, complete_main, rt)) return DEVRT_ERR_OUT_OF_RESOURCES;
   q->completer_up = true;
   return DEVRT_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "../launch/launch.h"
 #include "sync.h"
+#include "../core/thread.h"
 
 #define STAT(q, f) atomic_fetch_add_explicit(&(q)->f, 1, memory_order_relaxed)
 
@@ -477,7 +478,7 @@ devrt_status dv_queue_init(devrt_runtime* rt) {
   pthread_mutex_init(&q->cmu, NULL);
   pthread_cond_init(&q->ccv, NULL);
   rt->q = q;
-  if (pthread_create(&q->dispatcher, NULL, dispatch_main, rt) == 0) q->dispatcher_up = true;
+  if (dv_thread_start(&q->dispatcher, dispatch_main, rt) == 0) q->dispatcher_up = true;
   if (q->dispatcher_up && dv_completion_start(rt) == DEVRT_OK) return DEVRT_OK;
   dv_queue_fini(rt);
   return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES,
