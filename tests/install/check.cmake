@@ -11,6 +11,18 @@ function(run)
   set(last_out "${out}" PARENT_SCOPE)
 endfunction()
 
+# The public headers include no C-only header (gcc 13's <stdatomic.h> fails in C++ mode where gcc
+# 12's does not, so compiling alone proves it on some machines only): C headers C++ has too.
+file(GLOB headers ${SRC}/include/devrt/*.h)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} includes REGEX "^[ \t]*#[ \t]*include[ \t]*<")
+  foreach(i IN LISTS includes)
+    if(NOT i MATCHES "<(assert|errno|float|inttypes|limits|stdarg|stdbool|stddef|stdint|stdio|stdlib|string|time)\\.h>")
+      message(FATAL_ERROR "${h}: '${i}': a public header includes only C headers that C++ has too")
+    endif()
+  endforeach()
+endforeach()
+
 run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
 foreach(f include/devrt/devrt.h bin/devrt)
   if(NOT EXISTS ${prefix}/${f})
