@@ -125,8 +125,8 @@ class Package(unittest.TestCase):
                            ("\u0665", "'\u0665'"), ("5\n", "'5\\n'"), ("1.5", "'1.5'"),
                            ("8 GiB", "'8 GiB'"), ("8gib", "'8gib'"), (1.5, "(0, 1]"),
                            (0.0, "(0, 1]"), (float("nan"), "(0, 1]"),
-                           (1 << 64, f"more than device 0 has: {total / (1 << 30):.1f} GiB"),
-                           (10**12, f"({total} bytes)"), ("1TiB", "(1.0 TiB)")):
+                           (1 << 64, f"more than device 0 has: {devrt._size(total)}"),
+                           (total + 1, f"({total} bytes)"), (f"{total}000B", f"({total} bytes)")):
             with self.subTest(budget=bad):
                 with self.assertRaises(devrt.DevrtError) as cm:
                     devrt.configure(budget=bad)
