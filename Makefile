@@ -4,6 +4,8 @@
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# cmake --build runs make beneath this one: no "Entering/Leaving directory" lines from it
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all build run test clean
 

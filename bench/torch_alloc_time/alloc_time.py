@@ -29,7 +29,7 @@ shim_path = os.environ.get("SHIM", "/tmp/shim.so")
 shim = ctypes.CDLL(shim_path, mode=ctypes.RTLD_GLOBAL)
 if arm.startswith("devrt"):
     if arm == "devrt1m":
-        devrt.configure(0, cache_max_class=1 << 20)
+        devrt.configure(cache_max_class=1 << 20)
     target = (_lib.path().encode(), b"devrt_torch_alloc", b"devrt_torch_free")
 else:
     target = (os.environ.get("FLOOR", "/tmp/floor.so").encode(), b"floor_alloc", b"floor_free")

@@ -1,10 +1,12 @@
 /* cli.c: `devrt demo` (one run of the engine: the table, or --json; --trace, --report) and `devrt
  * bench demo` (runs on partitions and on plain streams, repeated: scan speed against a device
  * copy, busy fraction, isolation, memory; median and spread). Each parses its own options. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "bench.h"
 #include "cli.h"
@@ -16,7 +18,7 @@ static int usage(FILE* f, bool bench) {
           "usage: devrt %s [options]\n"
           "  --tenants N     tenants (2..%d, default 4): tenant 0 interactive, the rest batch\n"
           "  --scale S       TPC-H scale factor, 6 M lineitem rows each (GPU 10, host 0.25)\n"
-          "  --chunk ROWS    rows per chunk (GPU 16777216, host 32768)\n"
+          "  --chunk ROWS    rows per chunk, rounded up to 256 (GPU 16777216, host 32768)\n"
           "  --credits N     chunks a tenant may have in flight (default 4)\n"
           "  --queries N     queries per batch tenant (host default 4)\n"
           "  --seconds S     batch tenants start queries for S seconds (GPU default 3)\n"
@@ -27,78 +29,124 @@ static int usage(FILE* f, bool bench) {
           bench ? "bench demo" : "demo", EG_MAX_TENANTS);
   if (bench)
     fprintf(f,
-            "  --rounds R      repetitions, each on partitions and on plain streams (default 5; "
-            "host 3)\n");
+            "  --rounds R      repetitions, each on partitions and on plain streams (1..64; "
+            "default 5, host 3)\n");
   else
-    fprintf(f,
-            "  --devices N|all devices to spread the tenants over (default 1), from --ordinal;\n"
-            "                  with several, a distributed Q1 combines them by all-reduce\n"
-            "  --plain         partitions of plain streams instead of green contexts\n"
-            "  --quiet         no progress output\n"
-            "  --trace FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
-            "  --report DIR    DIR/index.html: memory, timeline, latency, the table\n");
+    fprintf(
+        f,
+        "  --devices N|all devices to spread the tenants over (default 1), from --ordinal;\n"
+        "                  with several, a distributed Q1 combines them by all-reduce\n"
+        "  --plain         partitions of plain streams instead of green contexts\n"
+        "  --quiet         no progress output or table: the verdict line alone\n"
+        "  --trace FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
+        "  --report DIR    DIR/index.html: memory, timeline, latency, the table\n"
+        "  --stamps N      launches a stream stamps for the timeline (64..4194304; GPU 262144,\n"
+        "                  host 8192); beyond, every 2nd, 4th, ... evenly over the whole run\n");
+  fprintf(f, "counts are decimal digits; S is a decimal number in (0, 10000]\n");
   return f == stderr ? 2 : 0;
 }
 
-static int bad_value(const char* opt, const char* v, bool bench) {
-  fprintf(stderr, "devrt %s: %s takes %s, not '%s'\n", bench ? "bench demo" : "demo", opt,
-          strcmp(opt, "--scale") && strcmp(opt, "--seconds") ? "a count" : "a number in (0, 1e4]",
-          v ? v : "(nothing)");
-  return usage(stderr, bench);
+/* S of --scale and --seconds: digits, optionally a point and more digits, in (0, 1e4]. */
+static bool cli_decimal(const char* what, const char* v, double* out) {
+  size_t n = strspn(v, "0123456789"), m = v[n] == '.' ? strspn(v + n + 1, "0123456789") : 0;
+  double d = n && (!v[n] || (m && !v[n + 1 + m])) ? strtod(v, NULL) : 0;
+  if (d > 0 && d <= 1e4) {
+    *out = d;
+    return true;
+  }
+  fprintf(stderr, "%s \"%s\" is not a decimal number in (0, 10000]\n", what, v);
+  return false;
+}
+
+/* Makes path's folders (all of it, for --report's folder) and proves the file the run will write
+ * there can be written: opened for appending, and removed again if that made it. 0, or 2 after
+ * saying why. */
+static int check_output(const char* opt, const char* path, bool folder) {
+  char dir[4096], file[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  snprintf(file, sizeof file, folder ? "%s/index.html" : "%s", path);
+  char* end = folder ? dir + strlen(dir) : strrchr(dir, '/');
+  for (char* p = dir + 1; end && p <= end; p++) {
+    if (*p && *p != '/') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "devrt demo: %s %s: cannot create %s: %s\n", opt, path, dir, strerror(errno));
+      return 2;
+    }
+    *p = c;
+  }
+  bool existed = access(file, F_OK) == 0;
+  FILE* f = fopen(file, "a");
+  if (!f) {
+    fprintf(stderr, "devrt demo: %s %s: cannot write %s: %s\n", opt, path, file, strerror(errno));
+    return 2;
+  }
+  fclose(f);
+  if (!existed) unlink(file);
+  return 0;
 }
 
 /* Parses the options both commands share and those of one: 0, 1 after --help, else 2. */
 static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) {
+  const char* cmd = bench ? "devrt bench demo" : "devrt demo";
+  char what[64];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    char* end = NULL;
+    struct {
+      const char* name;
+      int lo, hi, *out;
+    } counts[] = {{"--tenants", 2, EG_MAX_TENANTS, &o->tenants},
+                  {"--credits", 1, 1 << 30, &o->credits},
+                  {"--queries", 1, 1 << 30, &o->queries},
+                  {"--alone", 1, 1 << 30, &o->alone},
+                  {"--ordinal", 0, DEVRT_MAX_ORDINALS - 1, &o->ordinal},
+                  {"--chunk", 1, 1 << 30, NULL},
+                  {bench ? "--rounds" : "--stamps", bench ? 1 : 64, bench ? 64 : 1 << 22,
+                   bench ? rounds : &o->stamps}};
+    int k = 0, n = sizeof counts / sizeof counts[0], chunk;
+    while (k < n && strcmp(a, counts[k].name)) k++;
+    snprintf(what, sizeof what, "%s: %s", cmd, a);
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout, bench);
       return 1;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
-    } else if (!bench && !strcmp(a, "--devices")) {
-      bool all = v && !strcmp(v, "all");
-      long n = all ? EG_ALL_DEVICES : v ? strtol(v, &end, 10) : 0;
-      if (!v || (!all && (*end || n < 1 || n > EG_MAX_DEVICES))) {
-        fprintf(stderr, "devrt demo: --devices takes 1..%d or all, not '%s'\n", EG_MAX_DEVICES,
-                v ? v : "(nothing)");
-        return usage(stderr, bench);
-      }
-      o->devices = (int)n, i++;
     } else if (!bench && !strcmp(a, "--plain")) {
       o->plain = true;
     } else if (!bench && !strcmp(a, "--quiet")) {
       o->quiet = true;
-    } else if (!bench && (!strcmp(a, "--trace") || !strcmp(a, "--report"))) {
-      if (!v) return bad_value(a, v, bench);
-      *(!strcmp(a, "--trace") ? &o->trace_path : &o->report_dir) = argv[++i];
-    } else if (!strcmp(a, "--scale") || !strcmp(a, "--seconds")) {
-      double d = v ? strtod(v, &end) : 0;
-      if (!v || *end || !(d > 0) || d > 1e4) return bad_value(a, v, bench);
-      *(!strcmp(a, "--scale") ? &o->scale : &o->seconds) = d, i++;
-    } else if (!strcmp(a, "--tenants") || !strcmp(a, "--chunk") || !strcmp(a, "--credits") ||
-               !strcmp(a, "--queries") || !strcmp(a, "--alone") || !strcmp(a, "--ordinal") ||
-               (bench && !strcmp(a, "--rounds"))) {
-      long n = v ? strtol(v, &end, 10) : -1;
-      if (!v || *end || n < 0 || n > (1L << 30)) return bad_value(a, v, bench);
+    } else if (k < n || !strcmp(a, "--scale") || !strcmp(a, "--seconds") ||
+               (!bench &&
+                (!strcmp(a, "--devices") || !strcmp(a, "--trace") || !strcmp(a, "--report")))) {
+      if (!v) {
+        fprintf(stderr, "%s: no value after %s (%s --help lists the options)\n", cmd, a, cmd);
+        return 2;
+      }
       i++;
-      if (!strcmp(a, "--tenants")) o->tenants = (int)n;
-      if (!strcmp(a, "--chunk")) o->chunk_rows = (uint64_t)n;
-      if (!strcmp(a, "--credits")) o->credits = (int)n;
-      if (!strcmp(a, "--queries")) o->queries = (int)n;
-      if (!strcmp(a, "--alone")) o->alone = (int)n;
-      if (!strcmp(a, "--ordinal")) o->ordinal = (int)n;
-      if (!strcmp(a, "--rounds")) *rounds = (int)n;
+      if (!strcmp(a, "--trace") || !strcmp(a, "--report")) {
+        *(!strcmp(a, "--trace") ? &o->trace_path : &o->report_dir) = v;
+      } else if (!strcmp(a, "--devices")) {
+        if (!strcmp(v, "all"))
+          o->devices = EG_ALL_DEVICES;
+        else if (!cli_number("devrt demo: --devices (all or a count)", v, 1, EG_MAX_DEVICES,
+                             &o->devices))
+          return 2;
+      } else if (k == n) {
+        if (!cli_decimal(what, v, !strcmp(a, "--scale") ? &o->scale : &o->seconds)) return 2;
+      } else if (!cli_number(what, v, counts[k].lo, counts[k].hi,
+                             counts[k].out ? counts[k].out : &chunk)) {
+        return 2;
+      } else if (!counts[k].out) {
+        o->chunk_rows = (uint64_t)chunk;
+      }
     } else {
-      fprintf(stderr, "devrt %s: unknown option '%s'\n", bench ? "bench demo" : "demo", a);
-      return usage(stderr, bench);
+      fprintf(stderr, "%s: unknown option '%s' (%s --help lists the options)\n", cmd, a, cmd);
+      return 2;
     }
   }
-  if (o->tenants && (o->tenants < 2 || o->tenants > EG_MAX_TENANTS)) {
-    fprintf(stderr, "devrt: --tenants must be 2..%d\n", EG_MAX_TENANTS);
-    return 2;
-  }
+  if (o->trace_path && check_output("--trace", o->trace_path, false)) return 2;
+  if (o->report_dir && check_output("--report", o->report_dir, true)) return 2;
   return 0;
 }
 
@@ -112,8 +160,12 @@ int cli_demo(int argc, char** argv) {
   rc = eg_run(&o, f);
   if (o.json)
     eg_print_json(f, stdout);
-  else if (!o.quiet || !f->ok)
-    eg_print_table(f, o.quiet ? stderr : stdout);
+  else if (!f->started) /* nothing ran: no table of zeros, the reason alone */
+    fprintf(stderr, "devrt demo: cannot run: %s\n", f->error);
+  else if (!o.quiet)
+    eg_print_table(f, stdout);
+  else
+    eg_print_verdict(f, f->ok ? stdout : stderr);
   free(f);
   return rc;
 }

@@ -151,7 +151,9 @@ uint64_t eg_charge(uint64_t n) {
   return n <= 512 ? 512 : round_up(n, p / 4);
 }
 
-static uint64_t stamp_cap(const eg_engine* e) { return e->cuda ? 1u << 18 : 1u << 13; }
+static uint64_t stamp_cap(const eg_engine* e) {
+  return e->o.stamps ? (uint64_t)e->o.stamps : e->cuda ? 1u << 18 : 1u << 13;
+}
 
 static unsigned max_chunks(const eg_engine* e, bool interactive) {
   unsigned m = 0;
@@ -255,6 +257,24 @@ static void mem_rec(eg_tenant* t, int kind, int stream, uint64_t bytes) {
     t->mrecs[t->nmrecs++] = (eg_mem_rec){eg_now_ns(), bytes, (uint8_t)kind, (uint8_t)stream};
 }
 
+/* The stamp slot of the nth launch on stamped stream si, UINT32_MAX for none: launches are
+ * stamped 1 in stamp_stride; when the slots run out, the stride doubles and the stamped launches
+ * off the new stride give their slots back (a later launch on the same stream overwrites them). */
+static uint32_t stamp_slot(eg_tenant* t, int si, uint32_t nth) {
+  if (nth % t->stamp_stride[si]) return UINT32_MAX;
+  if (t->stamp_next[si] < t->stamp_cap) return t->stamp_next[si]++;
+  if (!t->nfree[si]) {
+    t->stamp_stride[si] *= 2;
+    for (size_t r = 0; r < t->nrecs; r++) {
+      eg_launch_rec* x = &t->recs[r];
+      if (x->stream == si && x->slot != UINT32_MAX && x->nth % t->stamp_stride[si])
+        t->stamp_free[si][t->nfree[si]++] = x->slot, x->slot = UINT32_MAX;
+    }
+    if (nth % t->stamp_stride[si]) return UINT32_MAX;
+  }
+  return t->stamp_free[si][--t->nfree[si]];
+}
+
 /* A queued launch of stage st on stream si: waits for `waits`, signals the stream's semaphore
  * (and `extra`). args[nargs - 1] is the stamp argument, set here; the stream's stamp block joins
  * the uses. wait_rec: the record of the launch it waits for on another stream (or UINT32_MAX). */
@@ -264,13 +284,12 @@ static int t_launch(eg_tenant* t, int si, eg_stage st, void** args, unsigned nar
                     uint32_t query, uint32_t chunk, uint32_t wait_rec) {
   eg_engine* e = t->e;
   uint64_t* stamp = NULL;
-  uint32_t slot = UINT32_MAX;
+  uint32_t slot = UINT32_MAX, nth = si < EG_STAMPED ? t->launches[si]++ : 0;
   devrt_block_use u[4];
   memcpy(u, uses, nuses * sizeof *u);
   if (si < EG_STAMPED) {
     u[nuses++] = (devrt_block_use){t->stamps[si], DEVRT_ACCESS_READ_WRITE};
-    if (t->stamp_next[si] < t->stamp_cap)
-      slot = t->stamp_next[si]++, stamp = t->stamp_dev[si] + 2 * slot;
+    if ((slot = stamp_slot(t, si, nth)) != UINT32_MAX) stamp = t->stamp_dev[si] + 2 * slot;
   }
   args[nargs - 1] = &stamp;
   uint64_t* val = si < 2 ? &t->gval[si] : &t->sval;
@@ -290,9 +309,13 @@ static int t_launch(eg_tenant* t, int si, eg_stage st, void** args, unsigned nar
                                      .nuses = nuses}};
   eg_launch_rec* r = new_rec(t);
   if (!r) return eg_fail(e, "out of host memory");
-  *r = (eg_launch_rec){(uint8_t)st, (uint8_t)si, query,    chunk, slot,
+  *r = (eg_launch_rec){(uint8_t)st, (uint8_t)si, query,    chunk, nth, slot,
                        wait_rec,    eg_now_ns(), *val + 1, 0,     0};
-  CALL(e, eg_stage_names[st], devrt_queue_submit(t->d->rt, &sub));
+  devrt_status s = devrt_queue_submit(t->d->rt, &sub);
+  if (s != DEVRT_OK) {
+    r->slot = UINT32_MAX; /* it never ran: its slot holds another launch's stamps */
+    return eg_fail(e, "%s: %s: %s", eg_stage_names[st], devrt_status_name(s), devrt_last_error());
+  }
   *val += 1;
   if (si < 2) t->last_gen[si] = (uint32_t)(t->nrecs - 1);
   return 0;
@@ -664,6 +687,9 @@ static int tenant_init(eg_engine* e, int i) {
   for (int s = 0; s < EG_STAMPED; s++) { /* zeroed by a recorded launch of eg_zero */
     uint64_t words = 2ull * t->stamp_cap;
     void* none = NULL;
+    t->stamp_stride[s] = 1;
+    if (!(t->stamp_free[s] = malloc(t->stamp_cap * sizeof *t->stamp_free[s])))
+      return eg_fail(e, "out of host memory");
     CALL(e, "devrt_block_alloc (stamps)",
          devrt_block_alloc(t->d->rt, words * 8, t->s[s], t->tag, &t->stamps[s]));
     if (!(t->stamp_dev[s] = eg_block_ptr(e, t->d, t->stamps[s]))) return 1;
@@ -697,8 +723,7 @@ static int read_stamps(eg_engine* e) {
       if (x->slot == UINT32_MAX || x->stream >= EG_STAMPED) continue;
       uint64_t s0 = h[x->stream][2 * x->slot], s1 = h[x->stream][2 * x->slot + 1];
       if (!s0 || !s1) continue;
-      x->start = (uint64_t)((int64_t)~s0 - t->d->clock_offset);
-      x->end = (uint64_t)((int64_t)s1 - t->d->clock_offset);
+      x->start = ~s0, x->end = s1; /* device ns: calibrate() moves them to the host clock */
     }
     for (int s = 0; s < EG_STAMPED; s++) free(h[s]);
   }
@@ -706,17 +731,17 @@ static int read_stamps(eg_engine* e) {
 }
 
 /* cuda's %globaltimer against the host clock, for each device with tenants (on its first tenant's
- * scan stream): tiny stamped launches between two host reads; the offset lies between
- * (end - after) and (start - before) for each, so take the middle of the narrowest bounds. The
- * host backend stamps with the host clock itself. */
+ * scan stream, in its first slots, once read_stamps read them): tiny stamped launches between two
+ * host reads; the offset lies between (end - after) and (start - before) for each, so take the
+ * middle of the narrowest bounds; then every launch of the device moves by it. The host backend
+ * stamps with the host clock itself. */
 static int calibrate_device(eg_engine* e, eg_device* dev) {
   eg_tenant* t = &e->t[dev->tenant[0]];
   enum { N = 8 };
   uint64_t before[N], after[N], words = 0;
   uint32_t slot[N];
   for (int i = 0; i < N; i++) {
-    if (t->stamp_next[SCAN] >= t->stamp_cap) return 0; /* no slot left: keep offset 0 */
-    slot[i] = t->stamp_next[SCAN]++;
+    slot[i] = (uint32_t)i;
     uint64_t* stamp = t->stamp_dev[SCAN] + 2 * slot[i];
     void* args[] = {&stamp, &words, &stamp};
     devrt_block_use u = {t->stamps[SCAN], DEVRT_ACCESS_READ_WRITE};
@@ -746,6 +771,13 @@ static int calibrate_device(eg_engine* e, eg_device* dev) {
   }
   dev->clock_offset = lo / 2 + hi / 2;
   free(h);
+  for (int j = 0; j < dev->ntenants; j++)
+    for (size_t r = 0; r < e->t[dev->tenant[j]].nrecs; r++) {
+      eg_launch_rec* x = &e->t[dev->tenant[j]].recs[r];
+      if (x->end)
+        x->start = (uint64_t)((int64_t)x->start - dev->clock_offset),
+        x->end = (uint64_t)((int64_t)x->end - dev->clock_offset);
+    }
   return 0;
 }
 
@@ -959,6 +991,7 @@ static void figures(eg_engine* e) {
     x->gb_per_s = x->seconds > 0 ? (double)x->bytes / x->seconds / 1e9 : 0;
     x->alone = eg_lat_of(t->lat_alone, t->nalone), x->load = eg_lat_of(t->lat_load, t->nload);
     x->sub_budget = t->sub_budget, x->retries = t->retries, x->held_back = t->held_back;
+    for (int s = 0; s < EG_STAMPED; s++) f->thinned += t->stamp_stride[s] > 1;
     devrt_memory_stats ms;
     if (devrt_statistics_get(t->d->stats, t->tag, &ms) == DEVRT_OK)
       x->mem_high = (uint64_t)ms.bytes.peak;
@@ -1161,6 +1194,7 @@ static void release(eg_engine* e) {
   for (int i = 0; i < EG_MAX_TENANTS; i++) {
     eg_tenant* t = &e->t[i];
     free(t->recs), free(t->mrecs), free(t->lat_alone), free(t->lat_load), free(t->host_parts);
+    for (int s = 0; s < EG_STAMPED; s++) free(t->stamp_free[s]);
     if (t->e) pthread_mutex_destroy(&t->mu), pthread_cond_destroy(&t->cv);
   }
   free(e->live), free(e->dev), free(e->live_ptr), free(e->live_meta);
@@ -1191,8 +1225,9 @@ int eg_run(const eg_options* o, eg_figures* f) {
     eg_fail(e, "--tenants must be 2..%d and --credits at least 1", EG_MAX_TENANTS);
   } else {
     if (!setup(e)) { /* stamps too after a failed check: the report shows what ran */
+      f->started = true;
       phases(e);
-      if (!calibrate(e)) read_stamps(e);
+      if (!read_stamps(e)) calibrate(e);
     }
     if (e->devs[0].stats) figures(e); /* a failed run still reports what it did */
   }

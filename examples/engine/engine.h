@@ -34,6 +34,7 @@ typedef struct eg_options {
   bool quiet, json, progress; /* progress: a live line on stderr (a terminal), else plain lines */
   const char* trace_path;
   const char* report_dir;
+  int stamps;   /* launches a stamped stream stamps before it thins them (0: GPU 2^18, host 2^13) */
   bool measure; /* bench: also time a Q1 scan of resident chunks against a device copy */
 } eg_options;
 
@@ -84,6 +85,9 @@ typedef struct eg_figures {
   double wall_s, alone_s, load_s;
   double busy;               /* the batch phase: union of kernel spans / its span, device stamps */
   double scan_gbs, copy_gbs; /* measure: Q1 scan of resident chunks; device copy (read+write) */
+  int thinned;  /* stamped streams whose launches outran their slots: 1 in 2^k stamped (busy is
+                   then a lower bound) */
+  bool started; /* the setup succeeded and the tenants ran (else error says why it could not) */
   bool ok;
   char error[512]; /* why not ok: the first failure, a mismatch naming query, tenant and chunk */
 } eg_figures;
@@ -128,6 +132,7 @@ typedef struct eg_variant {
 typedef struct eg_launch_rec {
   uint8_t stage, stream;
   uint32_t query, chunk;
+  uint32_t nth;        /* its place among its stream's launches */
   uint32_t slot;       /* stamp slot on its stream, UINT32_MAX: none */
   uint32_t wait;       /* the record (same tenant) whose signal it waited for on the device */
   uint64_t t_submit;   /* host ns */
@@ -204,7 +209,11 @@ typedef struct eg_tenant {
   uint64_t gval[2], sval, aval, qval, admitted;
   devrt_block stamps[EG_STAMPED];
   uint64_t* stamp_dev[EG_STAMPED]; /* device addresses */
-  uint32_t stamp_next[EG_STAMPED], stamp_cap;
+  /* A stamped stream's stamp_cap slots: its launches are stamped 1 in stamp_stride; when the
+   * slots run out, the stride doubles and every other stamped launch gives its slot back
+   * (stamp_free), so the stamps stay spread evenly over the whole run. */
+  uint32_t stamp_next[EG_STAMPED], stamp_cap, stamp_stride[EG_STAMPED], launches[EG_STAMPED];
+  uint32_t *stamp_free[EG_STAMPED], nfree[EG_STAMPED];
   eg_launch_rec* recs;
   size_t nrecs, caprecs;
   eg_mem_rec* mrecs;
@@ -304,6 +313,12 @@ int eg_check_total(eg_engine* e, const eg_variant* v, uint32_t query, int device
 /* output.c */
 void eg_progress(eg_engine* e, bool final);
 void eg_print_table(const eg_figures* f, FILE* out);
+void eg_print_verdict(const eg_figures* f, FILE* out); /* "OK: ..." or "FAILED: why" */
+/* The numbers the table and the report both show, in buf (16 bytes): bytes ("20.5 MiB"), rates
+ * ("37.8M"), latencies ("120 us", "1.20 ms"; "-" without samples). */
+const char* eg_bytes(char* buf, uint64_t bytes);
+const char* eg_rate(char* buf, double v);
+const char* eg_us(char* buf, const eg_lat* l, double v);
 void eg_print_json(const eg_figures* f, FILE* out);
 /* Nearest-rank percentiles of n values (sorted in place). */
 eg_lat eg_lat_of(double* v, int n);

@@ -22,8 +22,7 @@ eg_lat eg_lat_of(double* v, int n) {
   return l;
 }
 
-/* bytes as "12.3 MiB" in buf (16 bytes). */
-static const char* mib(char* buf, uint64_t bytes) {
+const char* eg_bytes(char* buf, uint64_t bytes) {
   double v = (double)bytes;
   const char* unit = "B";
   static const char* const units[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -32,8 +31,7 @@ static const char* mib(char* buf, uint64_t bytes) {
   return buf;
 }
 
-/* 1.23M, 45.6k: a rate in buf (16 bytes). */
-static const char* si(char* buf, double v) {
+const char* eg_rate(char* buf, double v) {
   static const char* const units[] = {"", "k", "M", "G", "T"};
   int i = 0;
   while (v >= 1000 && i < 4) v /= 1000, i++;
@@ -56,13 +54,13 @@ void eg_progress(eg_engine* e, bool final) {
     double s = (double)(now - (t->interactive ? e->t_alone0 : e->t_load0)) / 1e9;
     at +=
         snprintf(line + at, sizeof line - (size_t)at, " %s t%d %s %" PRIu64 "q %sr/s", i ? "|" : "",
-                 i, t->interactive ? "int" : "batch", q, si(a, s > 0 ? (double)rows / s : 0));
+                 i, t->interactive ? "int" : "batch", q, eg_rate(a, s > 0 ? (double)rows / s : 0));
   }
   if (e->ndev)
-    snprintf(
-        line + at, sizeof line - (size_t)at, " | mem %s/%s",
-        mib(a, e->dev[e->ndev - 1].live + e->dev[e->ndev - 1].pending + e->dev[e->ndev - 1].cached),
-        mib(b, e->devs[0].global_budget));
+    snprintf(line + at, sizeof line - (size_t)at, " | mem %s/%s",
+             eg_bytes(a, e->dev[e->ndev - 1].live + e->dev[e->ndev - 1].pending +
+                             e->dev[e->ndev - 1].cached),
+             eg_bytes(b, e->devs[0].global_budget));
   if (e->o.progress)
     fprintf(stderr, "\r%s\x1b[K%s", line, final ? "\n" : "");
   else
@@ -70,7 +68,7 @@ void eg_progress(eg_engine* e, bool final) {
   fflush(stderr);
 }
 
-static const char* us(char* buf, const eg_lat* l, double v) {
+const char* eg_us(char* buf, const eg_lat* l, double v) {
   if (!l->n) return "-";
   if (v >= 1000)
     snprintf(buf, 16, "%.2f ms", v / 1000);
@@ -93,13 +91,13 @@ void eg_print_table(const eg_figures* f, FILE* out) {
           " rows, %d in flight a tenant\n",
           f->lineitem_rows, f->orders_rows, f->scale, f->chunk_rows, f->credits);
   fprintf(out, "  global budget%s %s (the sub-budgets sum to %s), peak held %s\n",
-          multi ? "s, all devices," : "", mib(a, f->global_budget), mib(b, f->sum_sub),
-          mib(c, f->peak_held));
+          multi ? "s, all devices," : "", eg_bytes(a, f->global_budget), eg_bytes(b, f->sum_sub),
+          eg_bytes(c, f->peak_held));
   for (int i = 0; multi && i < f->devices; i++) {
     const eg_device_figures* x = &f->d[i];
     fprintf(out, "  device %d (ordinal %d): %d tenants on %s; global budget %s, peak held %s\n", i,
-            x->ordinal, x->tenants, x->tenants ? x->layout : "no layout", mib(a, x->global_budget),
-            mib(b, x->peak_held));
+            x->ordinal, x->tenants, x->tenants ? x->layout : "no layout",
+            eg_bytes(a, x->global_budget), eg_bytes(b, x->peak_held));
   }
   fprintf(out, "\n%-6s %s%-11s %4s %8s %9s %7s %10s %10s %10s %10s %22s %8s\n", "tenant",
           multi ? "dev " : "", "kind", "SMs", "queries", "rows/s", "GB/s", "p50 alone", "p99 alone",
@@ -107,13 +105,13 @@ void eg_print_table(const eg_figures* f, FILE* out) {
   for (int i = 0; i < f->tenants; i++) {
     const eg_tenant_figures* t = &f->t[i];
     char la[4][16], mem[40], dev[8] = "";
-    snprintf(mem, sizeof mem, "%s / %s", mib(a, t->mem_high), mib(b, t->sub_budget));
+    snprintf(mem, sizeof mem, "%s / %s", eg_bytes(a, t->mem_high), eg_bytes(b, t->sub_budget));
     if (multi) snprintf(dev, sizeof dev, "%-3d ", t->device);
     fprintf(out, "%-6d %s%-11s %4u %8" PRIu64 " %9s %7.2f %10s %10s %10s %10s %22s %8" PRIu64 "\n",
             i, dev, t->interactive ? "interactive" : "batch", t->sms, t->queries,
-            si(d, t->rows_per_s), t->gb_per_s, us(la[0], &t->alone, t->alone.p50),
-            us(la[1], &t->alone, t->alone.p99), us(la[2], &t->load, t->load.p50),
-            us(la[3], &t->load, t->load.p99), mem, t->retries);
+            eg_rate(d, t->rows_per_s), t->gb_per_s, eg_us(la[0], &t->alone, t->alone.p50),
+            eg_us(la[1], &t->alone, t->alone.p99), eg_us(la[2], &t->load, t->load.p50),
+            eg_us(la[3], &t->load, t->load.p99), mem, t->retries);
   }
   fprintf(out,
           "\nchecks: %" PRIu64 " queries, %" PRIu64
@@ -126,7 +124,7 @@ void eg_print_table(const eg_figures* f, FILE* out) {
             "partials combined by all-reduce, %" PRIu64
             " device results compared with the CPU "
             "reference\n",
-            f->devices, f->dist.queries, f->dist.chunks, si(d, f->dist.rows_per_s),
+            f->devices, f->dist.queries, f->dist.chunks, eg_rate(d, f->dist.rows_per_s),
             f->dist.checked);
   fprintf(out,
           "use tracking (the runtime%s): %" PRIu64 " waits inserted, %" PRIu64
@@ -142,11 +140,17 @@ void eg_print_table(const eg_figures* f, FILE* out) {
           f->queue.submitted, f->queue.device_waits, f->queue.host_hops, retries, held);
   fprintf(out,
           "phases: interactive alone %.2f s, under load %.2f s; busy %.1f%% of the batch "
-          "phase (device stamps)",
-          f->alone_s, f->load_s, 100 * f->busy);
+          "phase (device stamps%s)",
+          f->alone_s, f->load_s, 100 * f->busy,
+          f->thinned ? "; streams thinned, so a lower bound" : "");
   if (f->copy_gbs > 0)
     fprintf(out, "; Q1 scan %.1f GB/s, device copy %.1f GB/s", f->scan_gbs, f->copy_gbs);
-  fprintf(out, "\n%s%s\n", f->ok ? "OK: every check passed" : "FAILED: ", f->ok ? "" : f->error);
+  fputc('\n', out);
+  eg_print_verdict(f, out);
+}
+
+void eg_print_verdict(const eg_figures* f, FILE* out) {
+  fprintf(out, "%s%s\n", f->ok ? "OK: every check passed" : "FAILED: ", f->ok ? "" : f->error);
 }
 
 static void lat_json(FILE* out, const char* name, const eg_lat* l) {
@@ -218,9 +222,9 @@ void eg_print_json(const eg_figures* f, FILE* out) {
           ",\"device_waits\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"host_hops\":%" PRIu64 "},",
           f->queue.submitted, f->queue.issued_inline, f->queue.parked, f->queue.device_waits,
           f->queue.failed, f->queue.host_hops);
-  fprintf(out, "\"phases\":{\"alone_s\":%s,\"load_s\":%s,\"busy\":%s},",
+  fprintf(out, "\"phases\":{\"alone_s\":%s,\"load_s\":%s,\"busy\":%s,\"thinned_streams\":%d},",
           json_num(a, "%.6f", f->alone_s), json_num(b, "%.6f", f->load_s),
-          json_num(c, "%.4f", f->busy));
+          json_num(c, "%.4f", f->busy), f->thinned);
   fprintf(out, "\"scan_gb_per_s\":%s,\"copy_gb_per_s\":%s,",
           json_num(a, "%.2f", f->copy_gbs > 0 ? f->scan_gbs : NAN),
           json_num(b, "%.2f", f->copy_gbs > 0 ? f->copy_gbs : NAN));

@@ -177,6 +177,9 @@ static void timeline_chart(FILE* f, const eg_engine* e) {
       int y = y0 + s * row;
       fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">t%d %s</text>\n", LEFT - 6, y + 11, i,
               eg_stream_names[s]);
+      if (t->stamp_stride[s] > 1)
+        fprintf(f, "<text x=\"%d\" y=\"%d\">1 in %u</text>\n", LEFT + PLOT_W + 4, y + 11,
+                t->stamp_stride[s]);
       /* Launches of one stream run in order: runs of one stage closer than half a pixel are one
        * rectangle, so the page stays small whatever the number of launches. */
       double rx0 = -1, rx1 = -1;
@@ -199,6 +202,12 @@ static void timeline_chart(FILE* f, const eg_engine* e) {
   }
   for (int s = 0; s < EG_NSTAGES; s++) legend(f, s, stage_color[s], eg_stage_names[s], false);
   fputs("</svg>\n", f);
+  if (e->f->thinned)
+    fprintf(f,
+            "<p id=\"thinned\">Each stream stamps %u launches (--stamps). A stream marked "
+            "&ldquo;1 in N&rdquo; ran more launches than that: every Nth is drawn, evenly over "
+            "the whole run, and the busy figure, counted from the stamps, is a lower bound.</p>\n",
+            e->t[0].stamp_cap);
 }
 
 /* ---- the interactive tenant's latency ---- */
@@ -274,14 +283,14 @@ static void cell(FILE* f, const char* fmt, ...) {
   fputs("</td>", f);
 }
 
+/* The terminal's table (output.c), with its numbers in the same form. */
 static void table(FILE* f, const eg_figures* fg) {
   fputs(
       "<h2>Tenants</h2>\n<table id=\"summary\">\n<tr><th>tenant</th><th>kind</th><th>SMs</th>"
-      "<th>queries</th><th>rows/s</th><th>GB/s scanned</th><th>p50 alone (us)</th>"
-      "<th>p99 alone (us)</th><th>p50 under load (us)</th><th>p99 under load (us)</th>"
-      "<th>memory high-water (MiB)</th><th>sub-budget (MiB)</th><th>over-budget retries</th>"
-      "</tr>\n",
+      "<th>queries</th><th>rows/s</th><th>GB/s</th><th>p50 alone</th><th>p99 alone</th>"
+      "<th>p50 load</th><th>p99 load</th><th>mem high / sub-budget</th><th>retries</th></tr>\n",
       f);
+  char a[16], b[16];
   for (int i = 0; i < fg->tenants; i++) {
     const eg_tenant_figures* t = &fg->t[i];
     fputs("<tr>", f);
@@ -289,34 +298,28 @@ static void table(FILE* f, const eg_figures* fg) {
     cell(f, "%s", t->interactive ? "interactive" : "batch");
     cell(f, "%u", t->sms);
     cell(f, "%" PRIu64, t->queries);
-    cell(f, "%.3g", t->rows_per_s);
-    cell(f, "%.3f", t->gb_per_s);
-    const eg_lat* l[2] = {&t->alone, &t->load};
-    for (int s = 0; s < 2; s++) {
-      if (l[s]->n) {
-        cell(f, "%.1f", l[s]->p50);
-        cell(f, "%.1f", l[s]->p99);
-      } else {
-        cell(f, "-");
-        cell(f, "-");
-      }
-    }
-    cell(f, "%.2f", (double)t->mem_high / (1 << 20));
-    cell(f, "%.2f", (double)t->sub_budget / (1 << 20));
+    cell(f, "%s", eg_rate(a, t->rows_per_s));
+    cell(f, "%.2f", t->gb_per_s);
+    cell(f, "%s", eg_us(a, &t->alone, t->alone.p50));
+    cell(f, "%s", eg_us(a, &t->alone, t->alone.p99));
+    cell(f, "%s", eg_us(a, &t->load, t->load.p50));
+    cell(f, "%s", eg_us(a, &t->load, t->load.p99));
+    cell(f, "%s / %s", eg_bytes(a, t->mem_high), eg_bytes(b, t->sub_budget));
     cell(f, "%" PRIu64, t->retries);
     fputs("</tr>\n", f);
   }
   fputs("</table>\n", f);
+  char c[16];
   fprintf(f,
           "<p id=\"totals\">Checked: %" PRIu64 " queries, %" PRIu64 " chunks, %" PRIu64
           " mismatches. Use tracking: %" PRIu64 " waits inserted. Queue: %" PRIu64
           " submissions, %" PRIu64 " device waits, %" PRIu64
-          " host hops. Global budget %.2f MiB "
-          "(sub-budgets sum to %.2f MiB), peak held %.2f MiB. Batch phase busy %.1f%%.</p>\n",
+          " host hops. Global budget %s (sub-budgets sum to %s), peak held %s. Batch phase busy "
+          "%.1f%%%s.</p>\n",
           fg->checked_queries, fg->checked_chunks, fg->mismatches, fg->blocks.waits_inserted,
           fg->queue.submitted, fg->queue.device_waits, fg->queue.host_hops,
-          (double)fg->global_budget / (1 << 20), (double)fg->sum_sub / (1 << 20),
-          (double)fg->peak_held / (1 << 20), 100 * fg->busy);
+          eg_bytes(a, fg->global_budget), eg_bytes(b, fg->sum_sub), eg_bytes(c, fg->peak_held),
+          100 * fg->busy, fg->thinned ? " (streams thinned, so a lower bound)" : "");
 }
 
 int eg_write_report(eg_engine* e, const eg_figures* fg, const char* dir) {

@@ -4,7 +4,8 @@
  * allocations, frees and OVER_BUDGET retries; counters of each tenant's live bytes (the logging
  * layer) and of the device's live, pending and cached bytes. Times in us from the run's start.
  * A long GPU run is cut where some tenant passes MAX_LAUNCHES launches, so the file stays small
- * enough to load (otherData says where). */
+ * enough to load (otherData says where); launches are drawn where they have device stamps, so a
+ * thinned stream (engine.h: stamp_stride) shows 1 launch in N (otherData counts such streams). */
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
@@ -34,9 +35,9 @@ int eg_write_trace(eg_engine* e, const char* path) {
     if (e->t[i].nrecs > MAX_LAUNCHES && e->t[i].recs[MAX_LAUNCHES].t_submit < cut)
       cut = e->t[i].recs[MAX_LAUNCHES].t_submit;
   fprintf(f,
-          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"backend\":\"%s\",\"cut_at_us\":%.3f},"
-          "\"traceEvents\":[",
-          e->f->backend, cut == UINT64_MAX ? -1.0 : us(e, cut));
+          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"backend\":\"%s\",\"cut_at_us\":%.3f,"
+          "\"thinned_streams\":%d},\"traceEvents\":[",
+          e->f->backend, cut == UINT64_MAX ? -1.0 : us(e, cut), e->f->thinned);
   meta(f, &first, DEVICE_PID, 0, "process_name",
        e->nd > 1 ? "device 0 memory (global budget)" : "device memory (global budget)");
   for (int i = 0; i < e->nt; i++) {

@@ -1,12 +1,14 @@
 """_lib.py: finds and loads libdevrt, and mirrors the C structs devrt's Python API reads.
 
-The library is libdevrt.so next to this package (an installed copy, or a link to one), else
-DEVRT_LIBRARY; nothing else is searched. Loading is lazy: `import devrt` works without the
-library, and the first call that needs it raises DevrtLibraryError naming every path tried.
+The library is DEVRT_LIBRARY when that is set, else libdevrt.so in this package (the copy pip
+built, or cmake --install's link to the installed one); nothing else is searched. Loading is
+lazy: `import devrt` works without the library, and the first call that needs it raises
+DevrtLibraryError naming the path tried.
 Every C function used here gets argtypes and restype before it is called.
 """
 import ctypes
 import os
+import re
 import threading
 
 # ---- errors ----
@@ -30,9 +32,10 @@ class DevrtLibraryError(OSError):
         self.tried = list(tried)
         lines = "\n".join(f"  {p}: {why}" for p, why in self.tried)
         hint = (
-            "DEVRT_LIBRARY names the library to use where the package holds no copy"
+            "DEVRT_LIBRARY, when set, is the only library tried: unset it to use the package's"
             if os.environ.get("DEVRT_LIBRARY")
-            else "set DEVRT_LIBRARY to the path of libdevrt.so (e.g. build/libdevrt.so)"
+            else "`pip install ./python` builds the package with its library; or set DEVRT_LIBRARY "
+            "to the path of a libdevrt.so (e.g. build/libdevrt.so)"
         )
         super().__init__(f"devrt: libdevrt could not be loaded; tried:\n{lines}\n{hint}")
 
@@ -150,6 +153,8 @@ _SIGNATURES = {
     "devrt_config_init": (c_status, [ctypes.POINTER(Config)]),
     "devrt_configure": (c_status, [ctypes.c_int, ctypes.POINTER(Config)]),
     "devrt_runtime_get": (c_status, [ctypes.c_int, _PP]),
+    "devrt_runtime_create": (c_status, [ctypes.POINTER(Config), _PP]),
+    "devrt_runtime_destroy": (c_status, [_P]),
     "devrt_runtime_info_get": (c_status, [_P, ctypes.POINTER(RuntimeInfo)]),
     "devrt_device_info_get": (c_status, [_P, ctypes.POINTER(DeviceInfo)]),
     "devrt_runtime_resource": (c_status, [_P, _PP]),
@@ -161,6 +166,7 @@ _SIGNATURES = {
     "devrt_resource_deallocate": (c_status, [_P, _P, ctypes.c_size_t, c_stream]),
     "devrt_reap_pending": (c_status, [_P, ctypes.c_uint, _U64P]),
     "devrt_statistics_get": (c_status, [_P, ctypes.c_char_p, ctypes.POINTER(MemoryStats)]),
+    "devrt_statistics_reset_peaks": (c_status, [_P]),
     "devrt_stream_acquire": (c_status, [_P, ctypes.c_int, ctypes.POINTER(c_stream)]),
     "devrt_stream_release": (c_status, [_P, c_stream]),
     "devrt_stream_synchronize": (c_status, [_P, c_stream]),
@@ -177,10 +183,9 @@ _path = None
 
 
 def candidates():
-    """The paths load() tries, in order: the package's copy, then DEVRT_LIBRARY when set."""
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libdevrt.so")
+    """The path load() tries: DEVRT_LIBRARY when set, else the package's copy."""
     env = os.environ.get("DEVRT_LIBRARY")
-    return [beside, env] if env else [beside]
+    return [env or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libdevrt.so")]
 
 
 def load():
@@ -226,26 +231,41 @@ def check(status):
         raise DevrtError(_s(lib.devrt_status_name(status)), _s(lib.devrt_last_error()), status)
 
 
-def runtime(ordinal):
-    """The process-wide devrt_runtime* of `ordinal` (created on first use)."""
+def ordinal(device):
+    """A device as devrt's ordinal: an int, "cuda", "cuda:N", or a CUDA torch.device (index None:
+    0). DevrtError INVALID_ARGUMENT for anything else; devrt checks the ordinal's range."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, str):
+        m = re.fullmatch(r"cuda(?::(0|[1-9][0-9]*))?", device, re.ASCII)
+        if m:
+            return int(m.group(1) or 0)
+    elif getattr(device, "type", None) == "cuda":
+        return device.index or 0
+    raise DevrtError("INVALID_ARGUMENT", f"device={device!r} is not a device: give an ordinal "
+                     "(0, 1, ...), \"cuda:N\" or a CUDA torch.device")
+
+
+def runtime(device):
+    """The process-wide devrt_runtime* of `device` (created on first use)."""
     lib = load()
     rt = ctypes.c_void_p()
-    check(lib.devrt_runtime_get(int(ordinal), ctypes.byref(rt)))
+    check(lib.devrt_runtime_get(ordinal(device), ctypes.byref(rt)))
     return rt
 
 
-def stack(ordinal):
+def stack(device):
     """The runtime's resource stack (its top layer)."""
     lib = load()
     r = ctypes.c_void_p()
-    check(lib.devrt_runtime_resource(runtime(ordinal), ctypes.byref(r)))
+    check(lib.devrt_runtime_resource(runtime(device), ctypes.byref(r)))
     return r
 
 
-def layer(ordinal, name):
+def layer(device, name):
     """The first layer of the runtime's stack whose devrt_resource_name is `name`, else None."""
     lib = load()
-    r = stack(ordinal).value
+    r = stack(device).value
     while r:
         if _s(lib.devrt_resource_name(r)) == name:
             return ctypes.c_void_p(r)

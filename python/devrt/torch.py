@@ -4,6 +4,7 @@
     devrt.torch.use()              # before the first CUDA tensor
     x = torch.empty(1 << 20, device="cuda")
     devrt.torch.memory_stats()     # {"allocated_bytes.all.current": ..., ...}
+    print(devrt.torch.memory_summary())
 
 PyTorch is imported only by use(), mem_pool() and segments(); memory_stats() reads devrt alone.
 Allocations PyTorch makes through devrt carry the tag "torch" (include/devrt/torch.h).
@@ -19,6 +20,7 @@ first.
 """
 import contextlib
 import ctypes
+import sys
 
 from . import _lib
 
@@ -46,15 +48,13 @@ def _empty_cache():
         empty_cache_errors.append(e)
 
 
-def _ordinal(device):
+def _device(device):
+    """devrt's ordinal for a device argument; None: PyTorch's current device once PyTorch has
+    initialised CUDA, else 0 (PyTorch is never imported here)."""
     if device is None:
-        return None
-    if isinstance(device, int):
-        return device
-    if isinstance(device, str):  # "cuda" or "cuda:N"
-        return int(device.split(":", 1)[1]) if ":" in device else 0
-    index = getattr(device, "index", None)  # a torch.device; index None: the current one, 0 here
-    return 0 if index is None else int(index)
+        torch = sys.modules.get("torch")
+        return torch.cuda.current_device() if torch and torch.cuda.is_initialized() else 0
+    return _lib.ordinal(device)
 
 
 def use(device=None):
@@ -76,9 +76,8 @@ def use(device=None):
             "devrt.torch.use: PyTorch has already initialised CUDA and its allocator; call "
             "devrt.torch.use() before the first CUDA tensor or torch.cuda call",
         )
-    ordinal = _ordinal(device)
-    if ordinal is not None:
-        _lib.runtime(ordinal)
+    if device is not None:
+        _lib.runtime(device)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "devrt_torch_alloc", "devrt_torch_free")
     hooks = alloc.allocator()
     reset = ctypes.CFUNCTYPE(None)(_empty_cache)
@@ -110,7 +109,7 @@ def mem_pool(device=None):
     "cuda:N" or a torch.device; None: PyTorch's current device. Its runtime is created now."""
     import torch
 
-    _lib.runtime(torch.cuda.current_device() if device is None else _ordinal(device))
+    _lib.runtime(torch.cuda.current_device() if device is None else device)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(_lib.path(), "devrt_torch_alloc",
                                                       "devrt_torch_free")
     _keep.append(alloc)
@@ -127,7 +126,7 @@ def segments(device=None):
     bindings torch.cuda.use_mem_pool is built on."""
     import torch
 
-    index = torch.cuda.current_device() if device is None else _ordinal(device)
+    index = torch.cuda.current_device() if device is None else _lib.ordinal(device)
     pool = mem_pool(index)
     torch._C._cuda_beginAllocateToPool(index, pool.id)
     try:
@@ -137,28 +136,96 @@ def segments(device=None):
         torch._C._cuda_releasePool(index, pool.id)
 
 
-def memory_stats(device=0):
-    """devrt's figures for PyTorch's allocations on `device`, keyed like torch.cuda.memory_stats()
-    where the meaning is the same: allocated_bytes.all.{current,peak,allocated,freed} and
-    allocation.all.{current,peak,allocated,freed} from the "torch" tag's statistics;
-    reserved_bytes.all.{current,peak} = what devrt's device pool holds of the device now and at
-    most (devrt.pool(): every tag's memory, CuPy's too). devrt's own figures follow as
-    "devrt.<name>" (limit_bytes 0: no budget)."""
+# torch.cuda.memory_stats() keys memory_stats() leaves out: devrt keeps no figure of that meaning
+# (docs/python.md says why for each). The GPU test checks that these and memory_stats()'s own
+# keys are PyTorch's key set.
+_METRICS = ("current", "peak", "allocated", "freed")
+
+
+def _keys(stats, pools):
+    return [f"{k}.{p}.{m}" for k in stats for p in pools for m in _METRICS]
+
+
+NOT_KNOWN = sorted(
+    _keys(("allocation", "active", "allocated_bytes", "active_bytes", "requested_bytes",
+           "reserved_bytes"), ("small_pool", "large_pool"))
+    + _keys(("segment", "inactive_split", "inactive_split_bytes"), ("all", "small_pool",
+                                                                    "large_pool"))
+    + ["reserved_bytes.all.allocated", "reserved_bytes.all.freed"]
+    + [f"oversize_{k}.{m}" for k in ("allocations", "segments") for m in _METRICS]
+    + ["max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
+       "num_sync_all_streams"])
+
+
+def memory_stats(device=None):
+    """devrt's figures for PyTorch's allocations on `device` (None: PyTorch's current one) under
+    torch.cuda.memory_stats()'s keys, where devrt has a figure of the same meaning (NOT_KNOWN
+    lists the others), sorted by key as PyTorch's are:
+    allocation, allocated_bytes, requested_bytes .all.{current,peak,allocated,freed}: the "torch"
+    tag's statistics (devrt counts the sizes asked for, so allocated_bytes = requested_bytes);
+    active, active_bytes: the same figures (devrt enqueues every free at once, stream-ordered
+    after the streams recorded for it, so no freed block stays active);
+    reserved_bytes.all.{current,peak}: what devrt's device pool holds of the device now and at
+    most (every tag's memory, CuPy's too). devrt's own figures follow as "devrt.<name>"
+    (limit_bytes 0: no budget)."""
     from . import figures, pool, stats
 
-    ordinal = _ordinal(device) or 0
-    s = stats(ordinal, TAG)
-    f = figures(ordinal)
+    d = _device(device)
+    s, f, p = stats(TAG, device=d), figures(d), pool(d)
     out = {}
-    for key, c in (("allocated_bytes", s["bytes"]), ("allocation", s["count"])):
-        out[f"{key}.all.current"] = c["current"]
-        out[f"{key}.all.peak"] = c["peak"]
-        out[f"{key}.all.allocated"] = c["total"]
-        out[f"{key}.all.freed"] = c["total"] - c["current"]
-    p = pool(ordinal)
+    for key, c in (("allocation", s["count"]), ("active", s["count"]),
+                   ("allocated_bytes", s["bytes"]), ("active_bytes", s["bytes"]),
+                   ("requested_bytes", s["bytes"])):
+        for m, v in zip(_METRICS, (c["current"], c["peak"], c["total"], c["total"] - c["current"])):
+            out[f"{key}.all.{m}"] = v
     out["reserved_bytes.all.current"] = p["reserved_current"]
     out["reserved_bytes.all.peak"] = p["reserved_high"]
     for name in ("live_bytes", "pending_bytes", "cached_bytes", "limit_bytes", "available_bytes",
                  "cache_hits", "cache_misses"):
         out[f"devrt.{name}"] = f[name]
-    return out
+    return dict(sorted(out.items()))
+
+
+def reset_peak_memory_stats(device=None):
+    """torch.cuda.reset_peak_memory_stats() for devrt: every ".peak" of memory_stats(device)
+    back to its current figure (devrt.reset_peaks(): the statistics of every tag and the device
+    pool's high-water marks)."""
+    from . import reset_peaks
+
+    reset_peaks(_device(device))
+
+
+def _size(n):
+    """torch.cuda.memory_summary()'s sizes: a whole number and a unit, e.g. "  4096 KiB"."""
+    unit = "B  "
+    for u in ("KiB", "MiB", "GiB", "TiB"):
+        if n < 768 * 1024:
+            break
+        unit, n = u, n // 1024
+    return f"{n:6d} {unit}"
+
+
+def memory_summary(device=None, abbreviated=False):
+    """memory_stats(device) as text in torch.cuda.memory_summary()'s layout (a row per figure:
+    current, peak, total allocated, total freed; "-" where devrt has no figure), then devrt's
+    budget and cache. abbreviated is taken as PyTorch takes it: devrt's summary has no per-pool
+    rows to leave out either way."""
+    m, d = memory_stats(device), _device(device)
+    rows = (("Allocated memory", "allocated_bytes", _size),
+            ("Active memory", "active_bytes", _size),
+            ("Requested memory", "requested_bytes", _size),
+            ("GPU reserved memory", "reserved_bytes", _size), ("Allocations", "allocation", str),
+            ("Active allocs", "active", str))
+    rule = "|" + "-" * 75 + "|"
+    title = f"devrt memory summary, device {d}: tag torch (reserved: the device pool)"
+    lines = ["|" + "=" * 75 + "|", f"|{title:^75}|",
+             rule, f"| {'Metric':<21} | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |", rule]
+    for title, key, fmt in rows:
+        cells = [fmt(m[k]) if k in m else "-" for k in (f"{key}.all.{x}" for x in _METRICS)]
+        lines.append(f"| {title:<21} | " + " | ".join(f"{c:>10}" for c in cells) + " |")
+    size = {k: _size(m[f"devrt.{k}_bytes"]).strip() for k in ("limit", "cached", "pending")}
+    notes = (f"devrt: budget {size['limit'] if m['devrt.limit_bytes'] else 'none'}, cached "
+             f"{size['cached']}, pending {size['pending']}",
+             f"devrt: cache hits {m['devrt.cache_hits']}, misses {m['devrt.cache_misses']}")
+    lines += [rule, *(f"| {x:<73} |" for x in notes), "|" + "=" * 75 + "|"]
+    return "\n".join(lines) + "\n"

@@ -432,7 +432,7 @@ static DV_HOT devrt_status async_deallocate_tagged(devrt_resource* self, void* p
   devrt_runtime* rt = self->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "async deallocate"));
-  dv_live_entry e;
+  dv_live_entry e = {NULL}; /* the take sets it; gcc under LTO cannot tell */
   DV_CHECK(dv_live_take(a->live, "async", p, size, &e));
   devrt_status st = rt->be->pool_free(rt->dev, p, s);
   if (st != DEVRT_OK) {

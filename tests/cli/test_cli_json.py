@@ -1,7 +1,8 @@
 """test_cli_json.py: every CLI command that takes --json prints one document that a real JSON
 parser accepts, on the host backend: info (also when the cuda backend was tried and refused, whose
 reason quotes a library name), stats, an error, and each bench with few rounds (bench scale also
-with its sizes capped); numeric options refused unless decimal digits; and devrt info says what
+with its sizes capped); numeric options refused unless decimal digits, in one line; --help on
+every command and subcommand, --version; and devrt info says what
 the host backend emulates, and why a layout fails. devrt stats with DEVRT_LOG leaves every record
 it counted in the file at exit, and its failures name their cause (as text and as JSON).
 
@@ -91,12 +92,38 @@ class CliJson(unittest.TestCase):
                      ["info", "--ordinal", "64"], ["stats", "--ordinal", " 0"],
                      ["bench", "alloc", "--rounds", "3x"], ["bench", "alloc", "--rounds", "0"],
                      ["bench", "alloc", "--rounds", "+3"], ["bench", "alloc", "--rounds", "03"],
-                     ["bench", "scale", "--max", "0x100"],
+                     ["bench", "scale", "--max", "0x100"], ["bench", "scale", "--rounds", "-3"],
+                     ["bench", "scale", "--rounds", "abc"], ["bench", "scale", "--rounds", "0"],
                      ["bench", "alloc", "--rounds", "99999999999999999999"]):
             with self.subTest(args=args):
                 rc, out, err = run(args)
                 self.assertEqual(rc, 2, err)
                 self.assertIn(f'{args[-2]} "{args[-1]}" is not a decimal number', err)
+                self.assertEqual(err.count("\n"), 1, err)  # one line, not the usage
+
+    def test_help_and_version(self):
+        # --help on every command and subcommand: its usage on stdout, exit 0; --version
+        for cmd in (["info"], ["stats"], ["replay"], ["demo"], ["bench"], ["bench", "demo"],
+                    *[["bench", s] for s in ("device", "alloc", "launch", "sem", "partition",
+                                             "scale", "multi")]):
+            for flag in ("--help", "-h"):
+                with self.subTest(cmd=cmd, flag=flag):
+                    rc, out, err = run([*cmd, flag], as_json=False)
+                    self.assertEqual((rc, err), (0, ""))
+                    self.assertTrue(out.startswith("usage: devrt "), out)
+                    self.assertIn(" ".join(cmd), out)
+        rc, out, err = run(["--help"], as_json=False)
+        self.assertEqual(rc, 0)
+        for cmd in ("info", "stats", "replay LOG", "demo", "bench demo", "bench scale"):
+            self.assertIn(f"\n  {cmd} ", out)
+        rc, out, err = run(["--version"], as_json=False)
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^devrt [0-9]+\.[0-9]+\.[0-9]+ \(backends: (cuda, )?host\)\n$")
+        # unknown options, suites and missing values: one line, exit 2
+        for args in (["info", "--rounds", "3"], ["info", "--ordinal"], ["bench", "nope"],
+                     ["nope"], ["replay", "--nope"], ["demo", "--nope"]):
+            rc, out, err = run(args, as_json=False)
+            self.assertEqual((rc, err.count("\n")), (2, 1), f"{args}: {err}")
 
     def test_stats(self):
         doc = self.parse(["stats"])

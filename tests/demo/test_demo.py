@@ -4,7 +4,8 @@ dependency through the host; the trace well formed (a process per tenant, a trac
 launches with device times, waits, memory events); a corrupted chunk fails the run naming its query,
 tenant and chunk; partitions of plain streams; `--devices all` over two host devices (tenants
 spread, the distributed Q1's all-reduced result checked on each device); `devrt bench demo
---json`; bad options refused.
+--json`; bad options refused in one line; a demo that cannot run says why and nothing else;
+output paths checked (their folders made) before the run; --quiet keeps the verdict.
 
     python3 test_demo.py PATH/TO/devrt          host backend
     python3 test_demo.py PATH/TO/devrt --gpu    cuda backend: exit 77 without a GPU (a failure
@@ -207,14 +208,68 @@ class Demo(unittest.TestCase):
         self.assertTrue(set(doc["goals"]) >= {"scan_met", "busy_met", "isolation_met"})
 
     def test_bad_options(self):
-        for args in (["--tenants", "1"], ["--tenants", "17"], ["--scale", "x"], ["--scale", "0"],
-                     ["--chunk"], ["--nonsense"], ["--devices", "0"], ["--devices", "x"],
-                     ["--devices"]):
+        # every number checked: one line naming the option and the value, exit 2
+        for args in (["--tenants", "1"], ["--tenants", "17"], ["--tenants", "0"],
+                     ["--chunk", "0"], ["--credits", "0"], ["--queries", "0"], ["--alone", "0"],
+                     ["--ordinal", "-1"], ["--stamps", "63"], ["--tenants", "4x"],
+                     ["--chunk", "010"], ["--scale", "x"], ["--scale", "0"], ["--scale", "1e2"],
+                     ["--scale", "0x1"], ["--seconds", " 1"], ["--seconds", "10001"],
+                     ["--devices", "0"], ["--devices", "x"]):
             rc, out, err = run(args)
             self.assertEqual(rc, 2, f"devrt demo {' '.join(args)}: {err}")
-            self.assertIn("usage" if args[0] != "--tenants" else "--tenants", err)
-            if args[0] == "--devices":
-                self.assertIn("--devices takes 1..8 or all", err)
+            self.assertEqual(err.count("\n"), 1, err)
+            self.assertIn(f'{args[0]}', err)
+            self.assertIn(f'"{args[1]}" is not a decimal number', err)
+        for args, why in ((["--chunk"], "no value after --chunk"),
+                          (["--nonsense"], "unknown option '--nonsense'")):
+            rc, out, err = run(args)
+            self.assertEqual((rc, err.count("\n")), (2, 1), err)
+            self.assertIn(why, err)
+        e = dict(os.environ, DEVRT_BACKEND="host")
+        p = subprocess.run([DEVRT, "bench", "demo", "--rounds", "0"], capture_output=True,
+                           text=True, env=e)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn('--rounds "0" is not a decimal number in [1, 64]', p.stderr)
+
+    def test_cannot_run_says_why_first(self):
+        # a demo that cannot run prints the reason alone: no table of zeros, no progress
+        if GPU:
+            self.skipTest("the host backend's worker count is what this asks too much of")
+        for args, env, why in ((["--tenants", "9"], {"DEVRT_HOST_WORKERS": "8"},
+                                "9 tenants need 9 partitions of at least 1 SMs; this device has 8"),
+                               (["--devices", "2"], {}, "--devices 2: the host backend has 1")):
+            rc, out, err = run([*size_args(), *args], **env)
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(out, "")
+            self.assertTrue(err.startswith("devrt demo: cannot run: "), err)
+            self.assertEqual(err.count("\n"), 1, err)
+            self.assertIn(why, err)
+
+    def test_output_paths_checked_before_the_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            blocker = os.path.join(d, "file")
+            open(blocker, "w").close()
+            for opt, path in (("--trace", os.path.join(blocker, "t.json")),
+                              ("--report", os.path.join(blocker, "r"))):
+                rc, out, err = run([*size_args(), opt, path])
+                self.assertEqual(rc, 2, err)
+                self.assertEqual(out, "")  # nothing ran
+                self.assertIn(f"{opt} {path}: cannot", err)
+                self.assertIn("Not a directory", err)
+            # the folders are made; the files written
+            trace, report = os.path.join(d, "a", "b", "t.json"), os.path.join(d, "c", "d")
+            rc, out, err = run([*size_args(), "--quiet", "--trace", trace, "--report", report])
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(os.path.getsize(trace) > 0)
+            self.assertTrue(os.path.getsize(os.path.join(report, "index.html")) > 0)
+
+    def test_quiet_keeps_the_verdict(self):
+        rc, out, err = run([*size_args(), "--quiet"])
+        self.assertEqual((rc, out, err), (0, "OK: every check passed\n", ""))
+        rc, out, err = run([*size_args(), "--quiet"], DEVRT_DEMO_CORRUPT="2:0:1")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertTrue(err.startswith("FAILED: check failed: tenant 2"), err)
+        self.assertEqual(err.count("\n"), 1, err)
 
 
 def gpu_present():

@@ -2,7 +2,9 @@
 valid XML (python3's xml.etree) with its marks drawn, the page has the run line, the verdict, the
 table (a row per tenant) and the three charts, and loads nothing from elsewhere. Where Chromium is
 installed, headless Chromium renders the page (its DOM dump has the same elements, and a
-screenshot is written); where it is not, that part is skipped and says so.
+screenshot is written); where it is not, that part is skipped and says so. The table's numbers
+read as the terminal's; with fewer stamps than launches (--stamps) the timeline is thinned evenly
+over the whole run and says so.
 
     python3 test_report.py PATH/TO/devrt
 """
@@ -75,6 +77,43 @@ class Report(unittest.TestCase):
         # self-contained: no script, no external reference
         self.assertNotIn("<script", self.html)
         self.assertIsNone(re.search(r'(src|href)="(https?:)?//', self.html))
+
+    def test_numbers_as_on_the_terminal(self):
+        # the page's table shows each number as the terminal's does (rates "1.23M", bytes "MiB")
+        table = re.search(r'<table id="summary">(.*?)</table>', self.html, re.S).group(1)
+        head = re.findall(r"<th>(.*?)</th>", table)
+        self.assertEqual(head[4:7], ["rows/s", "GB/s", "p50 alone"])
+        rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+        for r in rows:
+            self.assertRegex(r[4], r"^[0-9.]+[kMGT]?$")  # never 3.78e+07
+            self.assertRegex(r[5], r"^[0-9]+\.[0-9]{2}$")
+            self.assertRegex(r[10], r"^[0-9.]+ (B|KiB|MiB|GiB) / [0-9.]+ (B|KiB|MiB|GiB)$")
+        self.assertRegex(rows[0][6], r"^[0-9.]+ (us|ms)$")
+        self.assertNotIn("e+", table)
+
+    def test_thinned_timeline_spans_the_run(self):
+        # a stream with more launches than --stamps is thinned evenly: its row still reaches the
+        # end of the run, and the page says which rows show 1 launch in N
+        with tempfile.TemporaryDirectory() as d:
+            e = dict(os.environ, DEVRT_BACKEND="host")
+            p = subprocess.run([DEVRT, "demo", "--scale", "0.01", "--queries", "2", "--alone",
+                                "40", "--chunk", "8192", "--quiet", "--stamps", "64", "--report",
+                                d], capture_output=True, text=True, env=e, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(os.path.join(d, "index.html"), encoding="utf-8") as f:
+                html = f.read()
+        self.assertTrue('<p id="thinned">Each stream stamps 64 launches' in html, "no thinning")
+        tl = ET.fromstring(re.search(r'<svg id="timeline".*?</svg>', html, re.S).group(0))
+        texts = tl.findall(f"{SVG}text")
+        label = {t.text: float(t.get("y")) for t in texts}
+        thinned = [t for t in texts if (t.text or "").startswith("1 in ")]
+        self.assertTrue(thinned)
+        rects = [(float(r.get("y")), float(r.get("x")) + float(r.get("width")))
+                 for r in tl.findall(f"{SVG}rect") if r.get("height") == "13"]
+        end = max(x for _, x in rects)
+        row = label["t0 scan"] - 11
+        self.assertIn(label["t0 scan"], {float(t.get("y")) for t in thinned})
+        self.assertGreater(max(x for y, x in rects if y == row), 90 + 0.9 * (end - 90))
 
     def test_chromium_renders(self):
         exe = chromium()

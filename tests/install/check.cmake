@@ -1,5 +1,6 @@
-# check.cmake: installs the built tree into a scratch prefix, then builds and runs an outside
-# project twice: with find_package(devrt) + devrt::devrt, and with the flags of devrt.pc.
+# check.cmake: installs the built tree into a scratch prefix, then builds and runs outside
+# projects: with find_package(devrt) (C and C++ consumers of both libraries, with and without LTO,
+# warnings as errors, with gcc and with clang), and with the flags of devrt.pc.
 file(REMOVE_RECURSE ${BIN})
 set(prefix ${BIN}/prefix)
 function(run)
@@ -9,6 +10,18 @@ function(run)
   endif()
   set(last_out "${out}" PARENT_SCOPE)
 endfunction()
+
+# The public headers include no C-only header (gcc 13's <stdatomic.h> fails in C++ mode where gcc
+# 12's does not, so compiling alone proves it on some machines only): C headers C++ has too.
+file(GLOB headers ${SRC}/include/devrt/*.h)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} includes REGEX "^[ \t]*#[ \t]*include[ \t]*<")
+  foreach(i IN LISTS includes)
+    if(NOT i MATCHES "<(assert|errno|float|inttypes|limits|stdarg|stdbool|stddef|stdint|stdio|stdlib|string|time)\\.h>")
+      message(FATAL_ERROR "${h}: '${i}': a public header includes only C headers that C++ has too")
+    endif()
+  endforeach()
+endforeach()
 
 run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix})
 foreach(f include/devrt/devrt.h bin/devrt)
@@ -22,16 +35,37 @@ if(NOT pc OR NOT cfg)
   message(FATAL_ERROR "devrt.pc or devrtConfig.cmake not installed")
 endif()
 
-# find_package(devrt) + target_link_libraries(app devrt::devrt)
-run(${CMAKE_COMMAND} -S ${SRC}/tests/install/consumer -B ${BIN}/consumer -DCMAKE_PREFIX_PATH=${prefix}
-    -DCMAKE_C_COMPILER=${C_COMPILER})
-run(${CMAKE_COMMAND} --build ${BIN}/consumer)
-run(${CMAKE_COMMAND} -E env DEVRT_BACKEND=host ${BIN}/consumer/consumer)
-message(STATUS "find_package consumer: ${last_out}")
-foreach(std 11 17 20)
-  run(${CMAKE_COMMAND} -E env DEVRT_BACKEND=host ${BIN}/consumer/consumer_cxx${std})
-  message(STATUS "find_package consumer, C++${std}: ${last_out}")
+# find_package(devrt): every consumer (consumer/CMakeLists.txt) with each compiler found, gcc and
+# clang (a compiler that is absent is said and skipped).
+set(compilers 0)
+foreach(pair "gcc;g++" "clang;clang++")
+  list(GET pair 0 cc)
+  list(GET pair 1 cxx)
+  find_program(cc_${cc} ${cc})
+  find_program(cxx_${cc} ${cxx})
+  if(NOT cc_${cc} OR NOT cxx_${cc})
+    message(STATUS "find_package consumers: ${cc}/${cxx} not found, skipped")
+    continue()
+  endif()
+  math(EXPR compilers "${compilers} + 1")
+  set(dir ${BIN}/consumer-${cc})
+  run(${CMAKE_COMMAND} -S ${SRC}/tests/install/consumer -B ${dir} -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_C_COMPILER=${cc_${cc}} -DCMAKE_CXX_COMPILER=${cxx_${cc}})
+  run(${CMAKE_COMMAND} --build ${dir} --parallel)
+  file(GLOB exes LIST_DIRECTORIES false ${dir}/consumer_*)
+  list(LENGTH exes n)
+  if(NOT n EQUAL 16)
+    message(FATAL_ERROR "${cc}: ${n} consumers built, not 16: ${exes}")
+  endif()
+  foreach(exe IN LISTS exes)
+    run(${CMAKE_COMMAND} -E env DEVRT_BACKEND=host ${exe})
+    get_filename_component(name ${exe} NAME)
+    message(STATUS "${cc} ${name}: ${last_out}")
+  endforeach()
 endforeach()
+if(compilers EQUAL 0)
+  message(FATAL_ERROR "neither gcc/g++ nor clang/clang++ found: no consumer was built")
+endif()
 
 # pkg-config --cflags --libs devrt (read from the .pc file where pkg-config is not installed)
 get_filename_component(pcdir ${pc} DIRECTORY)

@@ -1,6 +1,7 @@
 """gpu_util.py: what the GPU test files share: running code in a fresh python with the package
-importable on the cuda backend, and the skip rule (no module or GPU: skip; a missing GPU is a
-failure under DEVRT_REQUIRE_GPU=1)."""
+importable on the cuda backend, the skip rule (no module or GPU: skip; a missing GPU is a
+failure under DEVRT_REQUIRE_GPU=1), and main(), whose exit status tells ctest a file whose tests
+all skipped (77)."""
 import json
 import os
 import subprocess
@@ -15,11 +16,11 @@ os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 
 
 def py(code, env=None, timeout=900):
-    """Runs `code` in a fresh python (package importable, DEVRT_BACKEND unset: cuda); returns
-    (rc, stdout, stderr)."""
-    e = dict(os.environ, **(env or {}))
-    e.pop("DEVRT_BACKEND", None)
-    e.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    """Runs `code` in a fresh python (package importable, DEVRT_BACKEND unset, so cuda, unless env
+    sets it); returns (rc, stdout, stderr)."""
+    drop = ("DEVRT_BACKEND", "PYTORCH_CUDA_ALLOC_CONF")
+    e = {k: v for k, v in os.environ.items() if k not in drop}
+    e.update(env or {})
     e["PYTHONPATH"] = PKG_ROOT + os.pathsep + e.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                        text=True, env=e, timeout=timeout)
@@ -45,3 +46,14 @@ def require(module):
     if REQUIRE_GPU:
         raise AssertionError(f"DEVRT_REQUIRE_GPU=1 but {module} sees no GPU: {err[-500:]}")
     raise unittest.SkipTest(f"{module} sees no GPU")
+
+
+def main():
+    """unittest.main(), then the exit status ctest reads: 1 on a failure, 77 (the tests'
+    SKIP_RETURN_CODE) when every test was skipped, so that nothing run is not reported as
+    passed, else 0."""
+    r = unittest.main(exit=False).result
+    # whole tests skipped (a class skipped in setUpClass runs none; a skipped subtest's test ran)
+    ran = r.testsRun - sum(isinstance(t, unittest.TestCase) and not hasattr(t, "test_case")
+                           for t, _ in r.skipped)
+    sys.exit(1 if not r.wasSuccessful() else 77 if ran == 0 and r.skipped else 0)

@@ -1,10 +1,10 @@
 """test_cupy_gpu.py: devrt as CuPy's allocator (devrt.cupy) on a GPU, in processes of its own:
 FFTs, matrix products and elementwise work over varied sizes, on the null stream and a stream
 of CuPy's, give the same results as under CuPy's default pool (bitwise; cumulative sums, whose
-CUB scan differs run to run by ~2e-7 under CuPy's own pool too, within 1e-5 of the largest), and devrt's statistics show the
-traffic; a budget refusal is CuPy's OutOfMemoryError naming devrt's budget, and the process goes
-on. Skips without CuPy or a GPU (a failure under DEVRT_REQUIRE_GPU=1 without a GPU). Under a
-minute on an H100:
+CUB scan differs run to run by ~2e-7 under CuPy's own pool too, within 1e-5 of the largest), and
+devrt's statistics show the traffic; a budget refusal is CuPy's OutOfMemoryError naming devrt's
+budget, and the process goes on. Skips without CuPy or a GPU (exit 77 when every test skipped; a
+failure under DEVRT_REQUIRE_GPU=1 without a GPU). Under a minute on an H100:
 
     DEVRT_LIBRARY=build/libdevrt.so python3 tests/python/test_cupy_gpu.py -v
 """
@@ -14,7 +14,7 @@ import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_util import last_json, py, require  # noqa: E402
+from gpu_util import last_json, main, py, require  # noqa: E402
 
 WORK = """
     import json, gc
@@ -114,4 +114,4 @@ class Cupy(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

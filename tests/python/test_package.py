@@ -115,19 +115,65 @@ class Package(unittest.TestCase):
         self.assertEqual({k: c[k] for k in want}, want)
 
     def test_configure_bad_budget(self):
-        for bad, named in (("lots", "'lots'"), (0, "0"), (-5, "-5"), ("-3%", "-3%"),
-                           ("150%", "150"), ("0%", "budget_percent 0"), (True, "True"), ("4294967397%", "4294967397"),
-                           (1 << 64, str(1 << 64)), (" 50%", "' 50%'"), ("50 %", "'50 %'"),
+        # one line naming the value and what a budget is; more than the device has names its size
+        total = devrt.info()["device"]["total_memory"]
+        for bad, named in (("lots", "is not a budget"), (0, "is not a budget"),
+                           (-5, "is not a budget"), ("-3%", "is not a budget"),
+                           ("150%", "1% to 100%"), ("0%", "1% to 100%"), (True, "True"),
+                           ("4294967397%", "1% to 100%"), (" 50%", "' 50%'"), ("50 %", "'50 %'"),
                            ("050%", "'050%'"), ("+5", "'+5'"), ("0x10", "'0x10'"),
-                           ("\u0665", "'\u0665'"), ("5\n", "'5\\n'")):
+                           ("\u0665", "'\u0665'"), ("5\n", "'5\\n'"), ("1.5", "'1.5'"),
+                           ("8 GiB", "'8 GiB'"), ("8gib", "'8gib'"), (1.5, "(0, 1]"),
+                           (0.0, "(0, 1]"), (float("nan"), "(0, 1]"),
+                           (1 << 64, f"more than device 0 has: {devrt._size(total)}"),
+                           (total + 1, f"({total} bytes)"), (f"{total}000B", f"({total} bytes)")):
             with self.subTest(budget=bad):
                 with self.assertRaises(devrt.DevrtError) as cm:
                     devrt.configure(budget=bad)
                 self.assertEqual(cm.exception.status_name, "INVALID_ARGUMENT")
                 self.assertIn("DEVRT_INVALID_ARGUMENT", str(cm.exception))
+                self.assertIn(f"budget={bad!r}", str(cm.exception))
                 self.assertIn(named, str(cm.exception))
+                self.assertNotIn("\n", str(cm.exception))
+                self.assertLess(len(str(cm.exception)), 200)
         with self.assertRaises(devrt.DevrtError):
             devrt.configure(log_format="xml")
+
+    def test_configure_budget_forms(self):
+        # PyTorch's fraction, bytes, "N%" and sizes with units, each read back as the limit
+        total = devrt.info()["device"]["total_memory"]
+        for budget, want in ((0.6, int(total * 0.6)), (1.0, total), ("50%", total // 100 * 50),
+                             ("8MiB", 8 << 20), ("512MB", 512 * 10**6), ("1.5GiB", 3 << 29),
+                             ("1048576", 1 << 20), (1 << 20, 1 << 20), (total, total)):
+            with self.subTest(budget=budget):
+                rc, out, err = py(f"import devrt; devrt.configure(budget={budget!r}); "
+                                  "print(devrt.figures()['limit_bytes'])")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(int(out), want)
+
+    def test_one_argument_style(self):
+        # the device is device= everywhere (an ordinal, "cuda" or "cuda:N"), the tag tag=; the
+        # first positional argument of stats() is the tag, of reap() wait
+        self.assertEqual(devrt.stats("never seen"), devrt.stats(tag="never seen", device=0))
+        self.assertEqual(devrt.stats(tag="never seen", device="cuda:0")["bytes"]["total"], 0)
+        self.assertEqual(devrt.info(device="cuda")["ordinal"], 0)
+        for call in (lambda: devrt.figures(device=0), lambda: devrt.pool(device=0),
+                     lambda: devrt.trim(device=0), lambda: devrt.reap(True, device=0),
+                     lambda: devrt.release(device=0), lambda: devrt.reset_peaks(device=0),
+                     lambda: devrt.torch.memory_stats(device=0)):
+            call()
+        with self.assertRaises(TypeError):
+            devrt.configure(0, budget="50%")  # keyword arguments only
+        with self.assertRaises(TypeError):
+            devrt.stats("torch", 0)
+        for bad in ("gpu", "cuda:x", "cuda:01", 1.0, True, None):
+            with self.subTest(device=bad):
+                with self.assertRaises(devrt.DevrtError) as cm:
+                    devrt.stats(device=bad)
+                self.assertIn(f"device={bad!r} is not a device", str(cm.exception))
+        with self.assertRaises(devrt.DevrtError) as cm:
+            devrt.info(device=63)
+        self.assertIn("63", str(cm.exception))
 
     def test_configure_cache_max_class(self):
         with self.assertRaises(devrt.DevrtError) as cm:
@@ -137,7 +183,7 @@ class Package(unittest.TestCase):
         rc, out, err = py("""
             import ctypes, json, devrt
             from devrt import _lib
-            devrt.configure(cache_max_class=1 << 20)
+            devrt.configure(cache_max_class="1MiB")
             lib, rt, stack = _lib.load(), _lib.runtime(0), _lib.stack(0)
             s = _lib.c_stream()
             _lib.check(lib.devrt_stream_acquire(rt, _lib.DEVRT_ACQUIRE_WAIT, ctypes.byref(s)))
@@ -270,6 +316,32 @@ class Package(unittest.TestCase):
         self.assertEqual(m2["allocated_bytes.all.freed"], m0["allocated_bytes.all.freed"] + 8192)
         self.assertEqual(m2["allocation.all.freed"], m0["allocation.all.freed"] + 1)
 
+    def test_torch_memory_stats_keys_peaks_summary(self):
+        m = devrt.torch.memory_stats()
+        self.assertEqual(list(m), sorted(m))  # sorted by key, as PyTorch's
+        torch_keys = {k for k in m if not k.startswith("devrt.")}
+        self.assertFalse(torch_keys & set(devrt.torch.NOT_KNOWN))
+        for stat in ("allocation", "active", "allocated_bytes", "active_bytes", "requested_bytes"):
+            for metric in ("current", "peak", "allocated", "freed"):
+                self.assertIn(f"{stat}.all.{metric}", m)
+        a = Allocation(3 << 20, TAG_TORCH)
+        a.free()
+        m = devrt.torch.memory_stats()
+        self.assertGreaterEqual(m["active_bytes.all.peak"], 3 << 20)
+        self.assertEqual(m["active_bytes.all.peak"], m["allocated_bytes.all.peak"])
+        self.assertEqual(m["requested_bytes.all.freed"], m["allocated_bytes.all.freed"])
+        devrt.torch.reset_peak_memory_stats()
+        m = devrt.torch.memory_stats()
+        for stat in ("allocation", "allocated_bytes", "reserved_bytes"):
+            self.assertEqual(m[f"{stat}.all.peak"], m[f"{stat}.all.current"], stat)
+        self.assertEqual(devrt.pool()["reserved_high"], devrt.pool()["reserved_current"])
+        text = devrt.torch.memory_summary()
+        lines = text.splitlines()
+        self.assertEqual({len(x) for x in lines}, {77})
+        self.assertIn("| Allocated memory      |", text)
+        self.assertIn("| Allocations           |", text)
+        self.assertIn("devrt: budget", text)
+
     def test_module_prints_json(self):
         rc, out, err = py_module(["info"])
         self.assertEqual(rc, 0, err)
@@ -280,11 +352,27 @@ class Package(unittest.TestCase):
         doc = json.loads(out)
         self.assertEqual(set(doc), {"tag", "stats", "figures"})
         self.assertEqual(doc["stats"]["bytes"]["current"], 0)
+        rc, out, err = py_module(["stats", "--device", "0"])
+        self.assertEqual(rc, 0, err)
+        for bad in ("x", "-1", " 0", "01"):
+            rc, out, err = py_module(["info", "--device", bad])
+            self.assertEqual(rc, 2, err)
+            self.assertIn("is not a decimal number", err)
         rc, out, err = py_module(["info"], env={"DEVRT_BUDGET": "nonsense"})
         self.assertEqual(rc, 1)
         doc = json.loads(out)
         self.assertEqual(doc["error"], "INVALID_ARGUMENT")
         self.assertIn("DEVRT_BUDGET", doc["message"])
+
+    def test_gpu_files_report_skips(self):
+        # a test file whose tests all skip (no GPU seen) exits 77, ctest's "skipped", not 0
+        for name in ("test_torch_gpu.py", "test_cupy_gpu.py"):
+            e = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+            e.pop("DEVRT_REQUIRE_GPU", None)
+            p = subprocess.run([sys.executable, os.path.join(HERE, name)], capture_output=True,
+                               text=True, env=e, timeout=600)
+            self.assertEqual(p.returncode, 77, p.stdout + p.stderr)
+            self.assertIn("skipped", p.stderr)
 
     def test_library_not_found(self):
         bogus = os.path.join(tempfile.gettempdir(), "devrt-no-such-dir", "libdevrt.so")
@@ -312,12 +400,24 @@ class Package(unittest.TestCase):
                                env=e, timeout=300, cwd=d)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn(beside, p.stderr)
-            self.assertIn("DEVRT_LIBRARY", p.stderr)
+            self.assertIn("pip install ./python", p.stderr)
             shutil.copy(_lib.path(), beside)
             p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                env=e, timeout=300, cwd=d)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(json.loads(p.stdout)["library"], beside)
+            self.assertIsNone(json.loads(p.stdout)["package_build"])
+            with open(os.path.join(d, "devrt", "_build_info.json"), "w") as f:
+                json.dump({"backends": ["host"]}, f)
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=e, timeout=300, cwd=d)
+            self.assertEqual(json.loads(p.stdout)["package_build"], {"backends": ["host"]})
+            # DEVRT_LIBRARY, when set, is the library: never the copy beside in its place
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=dict(e, DEVRT_LIBRARY=bogus), timeout=300, cwd=d)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(bogus, p.stderr)
+            self.assertNotIn(beside, p.stderr)
 
 
 def _torch_present():

@@ -1,8 +1,9 @@
 """test_torch_gpu.py: devrt as PyTorch's allocator on a GPU, each case in processes of its own:
 the three training workloads of devrt/bench/workloads.py against PyTorch's native allocator
-(same seed), a budget below what a tensor needs, and a tensor read on another stream while its
-memory is freed and reallocated. Skips without torch or a GPU (a failure under
-DEVRT_REQUIRE_GPU=1 without a GPU). About 3 minutes on an H100:
+(same seed), a budget below what a tensor needs, a tensor read on another stream while its
+memory is freed and reallocated, and devrt.torch.memory_stats()'s keys against PyTorch's. Skips
+without torch or a GPU (exit 77 when every test skipped; a failure under DEVRT_REQUIRE_GPU=1
+without a GPU). About 3 minutes on an H100:
 
     DEVRT_LIBRARY=build/libdevrt.so python3 tests/python/test_torch_gpu.py -v
 """
@@ -13,7 +14,7 @@ import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_util import PKG_ROOT, last_json, py, require  # noqa: E402
+from gpu_util import PKG_ROOT, last_json, main, py, require  # noqa: E402
 
 sys.path.insert(0, PKG_ROOT)
 from devrt.bench.torch_bench import worker  # noqa: E402
@@ -58,6 +59,46 @@ class Workloads(unittest.TestCase):
 
     def test_varlen(self):
         self.check("varlen")
+
+
+class Names(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require("torch")
+
+    def test_memory_stats_keys_are_pytorchs(self):
+        # torch.cuda.memory_stats()'s key set under PyTorch's own allocator, against devrt's keys
+        # and those it leaves out (devrt.torch.NOT_KNOWN): together exactly PyTorch's, none twice
+        native = last_json(self, *py("""
+            import json, torch
+            x = torch.empty(1 << 20, device="cuda")
+            print(json.dumps(sorted(torch.cuda.memory_stats())))
+        """))
+        doc = last_json(self, *py("""
+            import json, torch, devrt, devrt.torch
+            devrt.torch.use(0)
+            x = torch.empty(1 << 20, device="cuda")
+            y = torch.empty(1 << 20, device="cuda")
+            del y
+            m = devrt.torch.memory_stats()
+            devrt.torch.reset_peak_memory_stats()
+            print(json.dumps({"m": m, "after_reset": devrt.torch.memory_stats("cuda:0"),
+                              "not_known": devrt.torch.NOT_KNOWN,
+                              "summary": devrt.torch.memory_summary()}))
+        """))
+        keys = {k for k in doc["m"] if not k.startswith("devrt.")}
+        missing = set(doc["not_known"])
+        self.assertFalse(keys & missing)
+        self.assertEqual(keys | missing, set(native), f"PyTorch's keys devrt does not list: "
+                         f"{sorted(set(native) - keys - missing)}; listed but not PyTorch's: "
+                         f"{sorted((keys | missing) - set(native))}")
+        m, r = doc["m"], doc["after_reset"]
+        self.assertGreaterEqual(m["allocated_bytes.all.current"], 4 << 20)
+        self.assertGreaterEqual(m["allocated_bytes.all.peak"], 8 << 20)
+        self.assertGreaterEqual(m["allocation.all.freed"], 1)
+        self.assertGreaterEqual(m["reserved_bytes.all.current"], m["allocated_bytes.all.current"])
+        self.assertEqual(r["allocated_bytes.all.peak"], r["allocated_bytes.all.current"])
+        self.assertIn("| Allocated memory      |", doc["summary"])
 
 
 class Budget(unittest.TestCase):
@@ -200,4 +241,4 @@ class CrossStream(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

@@ -416,39 +416,52 @@ done:
 
 static void mib(char* buf, uint64_t b) { snprintf(buf, 32, "%.1f MiB", (double)b / 1048576.0); }
 
-static int usage(void) {
-  fprintf(stderr,
+static int usage(FILE* f) {
+  fprintf(f,
           "usage: devrt replay LOG [--stack full|nocache|async|simple] [--rounds R] "
           "[--ordinal N] [--json]\n");
-  return 2;
+  if (f == stdout)
+    printf(
+        "  replays an allocation log (devrt's or RMM's CSV) on one thread against each stack\n"
+        "  LOG           the log (docs/python.md: Replay)\n"
+        "  --stack S     one stack: full (the runtime's), nocache, async (the pool), simple "
+        "(cuMemAlloc)\n"
+        "  --rounds R    timed passes a stack (1..1000, default 5)\n"
+        "  --ordinal N   the device (0..%d, default 0)\n"
+        "  --json        figures as one JSON document on stdout\n",
+        DEVRT_MAX_ORDINALS - 1);
+  return f == stdout ? 0 : 2;
 }
 
 int cli_replay(int argc, char** argv) {
   const char* path = NULL;
   int only = -1, rounds = 5, ordinal = 0, json = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      return usage(stdout);
+    } else if (!strcmp(argv[i], "--json")) {
       json = 1;
     } else if (!strcmp(argv[i], "--stack") && i + 1 < argc) {
       for (only = NSTACKS; only-- > 0 && strcmp(argv[i + 1], STACKS[only]);) continue;
       if (only < 0) {
-        fprintf(stderr, "devrt replay: unknown stack '%s'\n", argv[i + 1]);
-        return usage();
+        fprintf(stderr, "devrt replay: unknown stack '%s' (full, nocache, async or simple)\n",
+                argv[i + 1]);
+        return 2;
       }
       i++;
     } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      if (!cli_number("devrt replay: --rounds", argv[++i], 1, 1000, &rounds)) return usage();
+      if (!cli_number("devrt replay: --rounds", argv[++i], 1, 1000, &rounds)) return 2;
     } else if (!strcmp(argv[i], "--ordinal") && i + 1 < argc) {
       if (!cli_number("devrt replay: --ordinal", argv[++i], 0, DEVRT_MAX_ORDINALS - 1, &ordinal))
-        return usage();
+        return 2;
     } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "devrt replay: unexpected argument '%s'\n", argv[i]);
-      return usage();
+      fprintf(stderr, "devrt replay: unexpected argument '%s' (devrt replay --help)\n", argv[i]);
+      return 2;
     } else {
       path = argv[i];
     }
   }
-  if (!path) return usage();
+  if (!path) return usage(stderr);
   rlog L = {0};
   if (parse_log(path, &L)) return free(L.ops), 1;
   if (!L.allocs) {

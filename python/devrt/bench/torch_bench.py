@@ -15,7 +15,7 @@ workload "empty" times torch.empty(n) + release per size (ns per allocation, med
 
 --record-log DIR runs each workload once with devrt only, with devrt's allocation log on
 (DIR/<workload>.csv, for `devrt replay`); its timings are not a benchmark.
-The library is found as devrt's package finds it (beside it, else DEVRT_LIBRARY).
+The library is found as devrt's package finds it (DEVRT_LIBRARY when set, else its own copy).
 """
 import argparse
 import json
