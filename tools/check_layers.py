@@ -52,9 +52,9 @@ def symbols(objdir):
     defs, uses = {}, []
     for d, _, files in os.walk(objdir):
         for f in files:
-            m = re.search(r"src/([^/]+)/[^/]+\.c\.o$", os.path.join(d, f))
-            if not m:
-                continue
+            m = re.search(r"src/([^/]+)/([^/]+\.c)\.o$", os.path.join(d, f))
+            if not m or not os.path.exists(os.path.join(SRC, m.group(1), m.group(2))):
+                continue  # not the library's, or left by a source since moved
             out = subprocess.run(["nm", os.path.join(d, f)], capture_output=True, text=True,
                                  check=True).stdout
             for line in out.splitlines():
