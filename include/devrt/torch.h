@@ -49,18 +49,20 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
  * sets devrt_last_error(). Thread-safe. */
 void devrt_torch_record_stream(void* ptr, void* stream);
 
-/* What the entry points did for record_stream, process-wide since it started. */
+/* What the entry points did on one device since the process started. */
 typedef struct devrt_torch_stats {
-  uint64_t streams_recorded; /* record_stream calls that added a stream to an allocation */
-  uint64_t device_waits;     /* recorded streams a free was ordered after on the device */
-  uint64_t host_waits;       /* streams a free waited for on the host instead (see the free) */
-  uint64_t frees_retried;    /* frees that failed once and were tried again */
-  uint64_t frees_failed;     /* frees that failed after all: the allocation stayed live */
+  uint64_t alloc_retries; /* allocations refused once, then tried again after the pending frees
+                           * were waited for and the cache emptied (PyTorch's num_alloc_retries) */
+  uint64_t ooms;          /* allocations refused after that too: NULL (PyTorch's num_ooms) */
+  uint64_t device_waits;  /* recorded streams a free was ordered after on the device */
+  uint64_t host_waits;    /* streams a free waited for on the host instead (see the free) */
+  uint64_t frees_retried; /* frees that failed once and were tried again */
+  uint64_t frees_failed;  /* frees that failed after all: the allocation stayed live */
 } devrt_torch_stats;
 
-/* A snapshot of the counters (each read atomically). INVALID_ARGUMENT for out NULL.
- * Thread-safe. */
-devrt_status devrt_torch_stats_get(devrt_torch_stats* out);
+/* A snapshot of device's counters (each read atomically). INVALID_ARGUMENT for a device out of
+ * [0, DEVRT_MAX_ORDINALS) or out NULL. Thread-safe. */
+devrt_status devrt_torch_stats_get(int device, devrt_torch_stats* out);
 
 #ifdef __cplusplus
 }

@@ -137,6 +137,11 @@ class Figures(ctypes.Structure):  # devrt_resource_figures, resource.h
     ]
 
 
+class TorchStats(ctypes.Structure):  # devrt_torch_stats, torch.h
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "alloc_retries", "ooms", "device_waits", "host_waits", "frees_retried", "frees_failed")]
+
+
 DEVRT_REAP_WAIT = 1
 DEVRT_ACQUIRE_FAIL, DEVRT_ACQUIRE_WAIT, DEVRT_ACQUIRE_SHARE = 0, 1, 2
 
@@ -175,6 +180,7 @@ _SIGNATURES = {
     "devrt_pool_stats_get": (c_status, [_P, ctypes.POINTER(PoolStats)]),
     "devrt_pool_reset_high": (c_status, [_P]),
     "devrt_pool_trim": (c_status, [_P, ctypes.c_size_t]),
+    "devrt_torch_stats_get": (c_status, [ctypes.c_int, ctypes.POINTER(TorchStats)]),
 }
 
 _lock = threading.Lock()

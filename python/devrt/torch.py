@@ -153,8 +153,7 @@ NOT_KNOWN = sorted(
                                                                     "large_pool"))
     + ["reserved_bytes.all.allocated", "reserved_bytes.all.freed"]
     + [f"oversize_{k}.{m}" for k in ("allocations", "segments") for m in _METRICS]
-    + ["max_split_size", "num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms",
-       "num_sync_all_streams"])
+    + ["max_split_size", "num_device_alloc", "num_device_free", "num_sync_all_streams"])
 
 
 def memory_stats(device=None):
@@ -166,11 +165,17 @@ def memory_stats(device=None):
     active, active_bytes: the same figures (devrt enqueues every free at once, stream-ordered
     after the streams recorded for it, so no freed block stays active);
     reserved_bytes.all.{current,peak}: what devrt's device pool holds of the device now and at
-    most (every tag's memory, CuPy's too). devrt's own figures follow as "devrt.<name>"
-    (limit_bytes 0: no budget)."""
-    from . import figures, pool, stats
+    most (every tag's memory, CuPy's too); num_alloc_retries, num_ooms: allocations refused once
+    and tried again after the pending frees and the cache, and those refused after that too
+    (devrt_torch_stats). devrt's own figures follow as "devrt.<name>" (limit_bytes 0: no
+    budget)."""
+    import ctypes
+
+    from . import _lib, figures, pool, stats
 
     d = _device(device)
+    t = _lib.TorchStats()
+    _lib.check(_lib.load().devrt_torch_stats_get(d, ctypes.byref(t)))
     s, f, p = stats(TAG, device=d), figures(d), pool(d)
     out = {}
     for key, c in (("allocation", s["count"]), ("active", s["count"]),
@@ -180,6 +185,7 @@ def memory_stats(device=None):
             out[f"{key}.all.{m}"] = v
     out["reserved_bytes.all.current"] = p["reserved_current"]
     out["reserved_bytes.all.peak"] = p["reserved_high"]
+    out["num_alloc_retries"], out["num_ooms"] = t.alloc_retries, t.ooms
     for name in ("live_bytes", "pending_bytes", "cached_bytes", "limit_bytes", "available_bytes",
                  "cache_hits", "cache_misses"):
         out[f"devrt.{name}"] = f[name]

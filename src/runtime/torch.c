@@ -101,10 +101,12 @@ static pthread_mutex_t recs_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver c
 static rec* recs[NREC];                                     /* chains by pointer (recs_mu) */
 static _Atomic unsigned nrecs; /* entries: a free looks in the table only when some exist */
 
-static struct { /* devrt_torch_stats (relaxed: counters) */
-  _Atomic uint64_t streams_recorded, device_waits, host_waits, frees_retried, frees_failed;
-} counts;
-#define COUNT(field) atomic_fetch_add_explicit(&counts.field, 1, memory_order_relaxed)
+static struct { /* devrt_torch_stats of each ordinal (relaxed: counters) */
+  _Atomic uint64_t alloc_retries, ooms, device_waits, host_waits, frees_retried, frees_failed;
+} counts[DEVRT_MAX_ORDINALS];
+/* The device is valid: its runtime was found first. */
+#define COUNT(device, field) \
+  atomic_fetch_add_explicit(&counts[device].field, 1, memory_order_relaxed)
 
 static unsigned rec_hash(void* p) { return hash((uintptr_t)p) % NREC; }
 
@@ -124,7 +126,6 @@ void devrt_torch_record_stream(void* ptr, void* stream) {
   if (!e) {
     r->next = *head, *head = r;
     atomic_fetch_add_explicit(&nrecs, 1, memory_order_relaxed);
-    COUNT(streams_recorded);
   }
   pthread_mutex_unlock(&recs_mu);
   if (e) free(r); /* recorded already */
@@ -173,7 +174,7 @@ static bool wait_on_device(devrt_runtime* rt, int device, void* stream, devrt_st
             dv_pev_record(rt, DV_SID_SLOT(other), from, &ev) == DEVRT_OK &&
             dv_pev_wait(rt, to, ev, NULL) == DEVRT_OK;
   if (ev) dv_pev_unref(rt, ev);
-  if (ok) COUNT(device_waits);
+  if (ok) COUNT(device, device_waits);
   return ok;
 }
 
@@ -182,7 +183,7 @@ static bool wait_on_device(devrt_runtime* rt, int device, void* stream, devrt_st
 static devrt_status host_wait(devrt_runtime* rt, int device, void* stream) {
   devrt_stream id = 0;
   dv_stream* s = NULL;
-  COUNT(host_waits);
+  COUNT(device, host_waits);
   if (torch_stream(rt, device, stream, &id) == DEVRT_OK &&
       dv_stream_get(rt, id, &s, "devrt_torch_free") == DEVRT_OK)
     return rt->be->stream_sync(s);
@@ -206,29 +207,37 @@ static devrt_status order_free(devrt_runtime* rt, int device, void* stream, cons
   return DEVRT_OK;
 }
 
-devrt_status devrt_torch_stats_get(devrt_torch_stats* out) {
+devrt_status devrt_torch_stats_get(int device, devrt_torch_stats* out) {
   dv_error_clear();
+  DV_ARG_CHECK(device >= 0 && device < DEVRT_MAX_ORDINALS, "devrt_torch_stats_get",
+               "device %d not in [0, %d)", device, DEVRT_MAX_ORDINALS);
   DV_ARG_CHECK(out, "devrt_torch_stats_get", "out is NULL");
-  *out = (devrt_torch_stats){
-      .streams_recorded = atomic_load_explicit(&counts.streams_recorded, memory_order_relaxed),
-      .device_waits = atomic_load_explicit(&counts.device_waits, memory_order_relaxed),
-      .host_waits = atomic_load_explicit(&counts.host_waits, memory_order_relaxed),
-      .frees_retried = atomic_load_explicit(&counts.frees_retried, memory_order_relaxed),
-      .frees_failed = atomic_load_explicit(&counts.frees_failed, memory_order_relaxed)};
+#define READ(field) atomic_load_explicit(&counts[device].field, memory_order_relaxed)
+  *out = (devrt_torch_stats){.alloc_retries = READ(alloc_retries),
+                             .ooms = READ(ooms),
+                             .device_waits = READ(device_waits),
+                             .host_waits = READ(host_waits),
+                             .frees_retried = READ(frees_retried),
+                             .frees_failed = READ(frees_failed)};
+#undef READ
   return DEVRT_OK;
 }
 
 /* An allocation that does what PyTorch's own allocator does before it gives up: on a refusal,
  * wait for every pending free, empty the cache, wait for what that freed, and try once more (a
  * refused allocation ends a PyTorch program: docs/python.md). */
-static devrt_status torch_allocate(devrt_resource* r, size_t size, devrt_stream id, void** p) {
+static devrt_status torch_allocate(devrt_resource* r, size_t size, devrt_stream id, int device,
+                                   void** p) {
   devrt_status s = devrt_resource_allocate(r, size, id, "torch", p);
   if (s != DEVRT_ERR_OVER_BUDGET && s != DEVRT_ERR_DEVICE_ALLOC_FAILED) return s;
+  COUNT(device, alloc_retries);
   uint64_t n;
   DV_CHECK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
   DV_CHECK(devrt_resource_trim(r, &n));
   DV_CHECK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &n));
-  return devrt_resource_allocate(r, size, id, "torch", p);
+  s = devrt_resource_allocate(r, size, id, "torch", p);
+  if (s == DEVRT_ERR_OVER_BUDGET || s == DEVRT_ERR_DEVICE_ALLOC_FAILED) COUNT(device, ooms);
+  return s;
 }
 
 void* devrt_torch_alloc(size_t size, int device, void* stream) {
@@ -241,7 +250,7 @@ void* devrt_torch_alloc(size_t size, int device, void* stream) {
   devrt_status s = devrt_runtime_get(device, &rt);
   if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
-  if (s == DEVRT_OK) s = torch_allocate(r, size, id, &p);
+  if (s == DEVRT_OK) s = torch_allocate(r, size, id, device, &p);
   if (s != DEVRT_OK) {
     refail(s, "devrt_torch_alloc", size, device, stream);
     return NULL;
@@ -267,7 +276,7 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
   rec* mine = recs_take(ptr);
   devrt_stream id = 0;
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (attempt) COUNT(frees_retried);
+    if (attempt) COUNT(device, frees_retried);
     s = order_free(rt, device, stream, mine, &id);
     if (s == DEVRT_OK) s = devrt_resource_deallocate(r, ptr, size, id);
     if (s == DEVRT_OK || s == DEVRT_ERR_INVALID_ARGUMENT) break;
@@ -277,7 +286,7 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
     dv_error_clear(); /* a fallback that worked leaves no error behind */
     return;
   }
-  COUNT(frees_failed);
+  COUNT(device, frees_failed);
   recs_put_back(mine);
   refail(s, "devrt_torch_free", size, device, stream);
 }

@@ -316,6 +316,17 @@ class Package(unittest.TestCase):
         self.assertEqual(m2["allocated_bytes.all.freed"], m0["allocated_bytes.all.freed"] + 8192)
         self.assertEqual(m2["allocation.all.freed"], m0["allocation.all.freed"] + 1)
 
+    def test_torch_memory_stats_ooms(self):
+        # An allocation no budget holds: tried once more after the pending frees and the cache,
+        # then refused: num_alloc_retries and num_ooms, as PyTorch counts them.
+        alloc = devrt._lib.load().devrt_torch_alloc
+        alloc.restype, alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        m0 = devrt.torch.memory_stats()
+        self.assertIsNone(alloc(1 << 50, 0, None))
+        m1 = devrt.torch.memory_stats()
+        self.assertEqual(m1["num_alloc_retries"], m0["num_alloc_retries"] + 1)
+        self.assertEqual(m1["num_ooms"], m0["num_ooms"] + 1)
+
     def test_torch_memory_stats_keys_peaks_summary(self):
         m = devrt.torch.memory_stats()
         self.assertEqual(list(m), sorted(m))  # sorted by key, as PyTorch's
