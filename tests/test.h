@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "runtime/runtime.h"
 #include "devrt/devrt.h"
 
@@ -134,6 +135,17 @@ static inline char* t_slurp(const char* path) {
   if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
   fclose(f);
   return s;
+}
+
+/* A new empty file's path in buf (/tmp/devrt_log_XXXXXX); the test ends if none can be made. */
+static inline void t_tmp_path(char* buf, size_t n) {
+  snprintf(buf, n, "/tmp/devrt_log_XXXXXX");
+  int fd = mkstemp(buf);
+  if (fd < 0) {
+    perror("mkstemp");
+    exit(1);
+  }
+  close(fd);
 }
 
 /* The lines (newlines) in s. */

@@ -22,16 +22,6 @@ static int count_lines(const char* path) {
   return n;
 }
 
-static void tmp_path(char* buf, size_t n) {
-  snprintf(buf, n, "/tmp/devrt_log_XXXXXX");
-  int fd = mkstemp(buf);
-  if (fd < 0) {
-    perror("mkstemp");
-    exit(1);
-  }
-  close(fd);
-}
-
 /* ---- the child: logs through the process-wide runtime's stack, prints log_records, exits ---- */
 
 static void alloc_free(devrt_resource* r, devrt_stream s) {
@@ -68,7 +58,7 @@ static int child(bool racing) {
  * and sets *counted to the log_records it printed. */
 static int run_child(const char* mode, unsigned long long* counted) {
   char path[64], cmd[256];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   setenv("DEVRT_LOG", path, 1);
   snprintf(cmd, sizeof cmd, "exec /proc/%d/exe %s", (int)getpid(), mode);
   FILE* p = popen(cmd, "r");
@@ -98,7 +88,7 @@ static void test_exit(void) {
 
 static void test_interval(devrt_resource* leaf, devrt_stream s) {
   char path[64];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   devrt_logging_options o = {.path = path}; /* 256 records a write: these 6 stay buffered */
   devrt_resource* L;
   REQUIRE_OK(devrt_logging_resource_create(leaf, &o, &L));
@@ -122,7 +112,7 @@ static void test_write_failure(devrt_resource* leaf, devrt_stream s) {
     return;
   }
   char err[64];
-  tmp_path(err, sizeof err);
+  t_tmp_path(err, sizeof err);
   fflush(stderr);
   int saved = dup(2), fd = open(err, O_WRONLY);
   REQUIRE_OK(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2 ? DEVRT_OK : DEVRT_ERR_OUT_OF_RESOURCES);

@@ -125,16 +125,6 @@ static void collect(void* user, const devrt_log_record* rec) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static void tmp_path(char* buf, size_t n) {
-  snprintf(buf, n, "/tmp/devrt_log_XXXXXX");
-  int fd = mkstemp(buf);
-  if (fd < 0) {
-    perror("mkstemp");
-    exit(1);
-  }
-  close(fd);
-}
-
 /* Splits one CSV line (quoted fields, "" for a quote) into up to 16 fields; returns their count. */
 static int csv_split(const char* line, char f[][128]) {
   int n = 0;
@@ -206,7 +196,7 @@ static void test_record_sequence(devrt_resource* up, devrt_stream s) {
 
 static void test_csv(devrt_resource* up, devrt_stream s) {
   char path[64];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   devrt_logging_options o = {.path = path, .format = DEVRT_LOG_CSV, .buffer_records = 100};
   devrt_resource* L;
   REQUIRE_OK(devrt_logging_resource_create(up, &o, &L));
@@ -277,7 +267,7 @@ static void test_csv(devrt_resource* up, devrt_stream s) {
 
 static void test_jsonl(devrt_resource* up, devrt_stream s) {
   char path[64];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   devrt_logging_options o = {.path = path, .format = DEVRT_LOG_JSONL, .buffer_records = 2};
   devrt_resource* L;
   REQUIRE_OK(devrt_logging_resource_create(up, &o, &L));
@@ -357,7 +347,7 @@ static void test_logging_errors(devrt_runtime* rt, devrt_resource* up, devrt_str
   unsetenv("DEVRT_LOG");
   CHECK_STATUS(devrt_logging_resource_create(up, NULL, &L), DEVRT_ERR_INVALID_ARGUMENT);
   char path[64];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   setenv("DEVRT_LOG", path, 1);
   setenv("DEVRT_LOG_FORMAT", "xml", 1);
   CHECK_STATUS(devrt_logging_resource_create(up, NULL, &L), DEVRT_ERR_INVALID_ARGUMENT);
@@ -560,7 +550,7 @@ static void* work(void* arg) {
 
 static void test_threads(devrt_runtime* rt, devrt_resource* up) {
   char path[64];
-  tmp_path(path, sizeof path);
+  t_tmp_path(path, sizeof path);
   collector col = {.mu = PTHREAD_MUTEX_INITIALIZER};
   devrt_resource *S, *L;
   REQUIRE_OK(devrt_statistics_resource_create(up, &S));
