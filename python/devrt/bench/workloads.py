@@ -9,8 +9,9 @@ data (nothing downloaded), and run(spec): one worker process's whole run, as a J
               AdamW; the sequence length is drawn from 64..1024 every step
     empty     not training: torch.empty(n, device="cuda") and its release in a tight loop, per size
 
-A spec (a dict) says: workload, allocator ("devrt", "native" or "async": the process's
-PYTORCH_CUDA_ALLOC_CONF must already say backend:cudaMallocAsync for async), steps, warmup, seed,
+A spec (a dict) says: workload, allocator ("devrt", "native", "expandable" or "async": the
+process's PYTORCH_CUDA_ALLOC_CONF must already say expandable_segments:True or
+backend:cudaMallocAsync for those), steps, warmup, seed,
 and optionally log (devrt's allocation log file), budget (devrt's budget), config (overrides of
 the workload's sizes), cleanup (measure what devrt still holds after the model is dropped).
 """
@@ -194,9 +195,11 @@ def run(spec):
         if spec.get("log") or spec.get("budget"):
             devrt.configure(budget=spec.get("budget"), log=spec.get("log"))
         devrt.torch.use(0)
-    elif allocator == "async" and "cudaMallocAsync" not in os.environ.get(
-            "PYTORCH_CUDA_ALLOC_CONF", ""):
-        raise RuntimeError("allocator async needs PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync")
+    else:
+        need = {"async": "backend:cudaMallocAsync", "expandable": "expandable_segments:True"}
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        if allocator in need and need[allocator] not in conf:
+            raise RuntimeError(f"allocator {allocator} needs PYTORCH_CUDA_ALLOC_CONF={need[allocator]}")
     import torch
 
     name = spec["workload"]
