@@ -183,10 +183,6 @@ uint32_t dv_track_drops(const dv_track* t, devrt_access a, const dv_pev* of);
 /* b locked, its group dissolved (lock_tracked), with room for one more entry. */
 void dv_blk_lock_tracked(devrt_runtime* rt, dv_blk* b);
 void dv_blk_lock_with_room(devrt_runtime* rt, dv_blk* b, dv_refs* r);
-/* Drops every gathered wait's reference. */
-void dv_waits_drop(devrt_runtime* rt, dv_waits* w);
-/* A hash of a set of handles, whatever their order. */
-uint32_t dv_set_of(const devrt_block_use* u, unsigned n);
 
 /* ---- group.c: groups ---- */
 

@@ -112,7 +112,8 @@ DV_HOT void dv_track_gather(dv_work* k, const dv_track* t, devrt_access a, unsig
       want(&k->w, k->rt, k->slot, t->readers[i].ev, &k->c, wt);
 }
 
-DV_HOT void dv_waits_drop(devrt_runtime* rt, dv_waits* w) {
+/* Drops every gathered wait's reference. */
+DV_HOT static void dv_waits_drop(devrt_runtime* rt, dv_waits* w) {
   for (unsigned k = 0; k < w->n; k++) dv_pev_unref(rt, w->v[k].ev);
   w->n = 0;
 }
@@ -457,7 +458,8 @@ DV_HOT devrt_status dv_waits_issue(dv_work* k, dv_stream* s) {
   return st;
 }
 
-DV_HOT uint32_t dv_set_of(const devrt_block_use* u, unsigned n) {
+/* A hash of a set of handles, whatever their order. */
+DV_HOT static uint32_t dv_set_of(const devrt_block_use* u, unsigned n) {
   uint64_t h = 0;
   for (unsigned k = 0; k < n; k++) h += (u[k].block ^ (u[k].block >> 29)) * 0xbf58476d1ce4e5b9ull;
   return (uint32_t)(h >> 32);

@@ -1,14 +1,11 @@
 /* config.c: the runtime's configuration: devrt_config's defaults, the DEVRT_* environment read
  * strictly (devrt_config_init), and the range checks a configuration must pass before a runtime
  * is created from it. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime.h"
 #include "../core/parse.h"
-
-/* ---- configuration ---- */
 
 /* A decimal setting (dv_parse_u64: digits only, no leading zero) in [lo, hi]; unset leaves *out.
  * Set, it must be a number: empty is refused as malformed. */
