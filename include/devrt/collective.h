@@ -20,7 +20,8 @@
  * UNSUPPORTED with a message naming what was tried. host: devrt's own host collectives over host
  * devices of one process (streams meet on the host; for tests of tracking and ordering): every
  * type but the 16-bit floats, ranks from devrt_comms_create or devrt_comm_create in threads of one
- * process (an id from devrt_comm_id_create of that process). */
+ * process (an id from devrt_comm_id_create of that process), or ranks in processes of one machine
+ * from devrt_comm_create_from_env (data exchanged through shared memory). */
 #ifndef DEVRT_COLLECTIVE_H
 #define DEVRT_COLLECTIVE_H
 
@@ -103,6 +104,62 @@ devrt_status devrt_all_gather(devrt_comm* comm, devrt_stream stream, devrt_block
 devrt_status devrt_reduce_scatter(devrt_comm* comm, devrt_stream stream, devrt_block send,
                                   devrt_block recv, size_t count, devrt_dtype dtype,
                                   devrt_redop op);
+
+/* Point-to-point: `count` elements of dtype from the start of a block, sent to or received from
+ * rank `peer` (which may be this rank: then its send and receive must be in one group). A send is
+ * a read of `send`, a receive a write of `recv`, tracked as the collectives above. A rank's sends
+ * to one peer are received there in the order they were issued; a send and its receive must
+ * name the same count and dtype. Calls that must progress together (a send and a receive between
+ * two ranks, each rank's both directions) go in one group, as NCCL requires; ungrouped, a send
+ * may wait for its receive. INVALID_ARGUMENT as above, and a peer out of range. Thread-safe. */
+devrt_status devrt_send(devrt_comm* comm, devrt_stream stream, devrt_block send, size_t count,
+                        devrt_dtype dtype, int peer);
+devrt_status devrt_recv(devrt_comm* comm, devrt_stream stream, devrt_block recv, size_t count,
+                        devrt_dtype dtype, int peer);
+
+/* All-to-all with equal parts: send and recv hold nranks parts of `count` elements each; part j of
+ * a rank's send goes to rank j, and part j of its recv comes from rank j. send and recv must be
+ * distinct blocks. Enqueued as one piece of tracked work (on cuda: a send and a receive per peer
+ * in one NCCL group). Thread-safe. */
+devrt_status devrt_all_to_all(devrt_comm* comm, devrt_stream stream, devrt_block send,
+                              devrt_block recv, size_t count, devrt_dtype dtype);
+
+/* All-to-all with a count per rank (MPI's alltoallv): send_counts[j] elements from
+ * send_offsets[j] (in elements) of send go to rank j, and recv_counts[j] elements from rank j land
+ * at recv_offsets[j] of recv; each array has nranks entries and is copied by the call. A rank's
+ * send_counts[j] must equal rank j's recv_counts[this rank]. Parts may be empty; each must lie in
+ * its block, and send and recv must be distinct blocks. Thread-safe. */
+devrt_status devrt_all_to_allv(devrt_comm* comm, devrt_stream stream, devrt_block send,
+                               const size_t* send_counts, const size_t* send_offsets,
+                               devrt_block recv, const size_t* recv_counts,
+                               const size_t* recv_offsets, devrt_dtype dtype);
+
+/* ---- Ranks in separate processes ----
+ *
+ * The job a launcher started this process in, read from the launcher's variables: torchrun (RANK,
+ * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE,
+ * _LOCAL_RANK, _LOCAL_SIZE), MPICH's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS) and
+ * Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), tried in that order; without any, one
+ * rank. */
+typedef struct devrt_job {
+  int rank, nranks;             /* this process's rank in the job, and the job's size */
+  int local_rank, local_nranks; /* on this node (local_nranks 0: the launcher does not say) */
+  char launcher[16];            /* "torchrun", "openmpi", "mpich", "slurm" or "none" */
+} devrt_job;
+
+/* The job this process belongs to. INVALID_ARGUMENT, naming the variable, when a launcher's
+ * variable is not a number or out of range. Thread-safe. */
+devrt_status devrt_job_get(devrt_job* out);
+
+/* This process's rank of the job (devrt_job_get) on rt, or, with rt NULL, on the process-wide
+ * runtime of ordinal local_rank (devrt_comm_info gives it back). Rank 0 makes the unique id and
+ * passes it to the others through DEVRT_RENDEZVOUS: "file:PATH" (a path on a filesystem every
+ * rank sees, unique to the job; rank 0 writes it and removes it once every rank has joined) or
+ * "mpi" (MPI_Bcast through libmpi loaded at run time, DEVRT_MPI_LIBRARY or libmpi.so.40/.12); unset,
+ * "mpi" under mpirun and otherwise an error naming DEVRT_RENDEZVOUS. Waits for the id at most
+ * DEVRT_RENDEZVOUS_TIMEOUT_MS (default 300000) and then for every rank, as devrt_comm_create.
+ * On the host backend the ranks exchange data through shared memory (one machine). Thread-safe. */
+devrt_status devrt_comm_create_from_env(devrt_runtime* rt, devrt_comm** out);
 
 #ifdef __cplusplus
 }
