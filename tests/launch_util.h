@@ -100,6 +100,18 @@ static inline devrt_status b_read(devrt_runtime* rt, devrt_stream s, devrt_block
   return st;
 }
 
+/* Copies `bytes` from host memory to the block's start in stream order on s (a tracked write),
+ * then waits for s. */
+static inline devrt_status b_write(devrt_runtime* rt, devrt_stream s, devrt_block b,
+                                   const void* host, size_t bytes) {
+  void* p = bptr(rt, b);
+  devrt_status st = devrt_prepare_block_use(rt, b, s, DEVRT_ACCESS_WRITE);
+  if (!st) st = devrt_memcpy_async(rt, p, host, bytes, s);
+  if (!st) st = devrt_finish_block_use(rt, b, s, DEVRT_ACCESS_WRITE);
+  if (!st) st = devrt_stream_synchronize(rt, s);
+  return st;
+}
+
 /* How many of the block's first n words differ from want (n + 1 when it cannot be read). */
 static inline uint64_t b_wrong(devrt_runtime* rt, devrt_stream s, devrt_block b, uint64_t n,
                                uint32_t want) {

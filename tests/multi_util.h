@@ -264,4 +264,102 @@ static inline void m_collectives_data(mdev* d, devrt_comm** comms, int ndev, uin
   free(in), free(out);
 }
 
+/* A word that names where it came from: rank `from`, part `to`, index i. */
+static inline uint32_t m_word(int from, int to, uint64_t i) {
+  return (uint32_t)from * 1000000u + (uint32_t)to * 10000u + (uint32_t)(i % 10000);
+}
+/* Fills b (n words) with m_word(from, i / part, i % part): written from the host to a staging
+ * block, then copied into b on d's stream s, slowly (delay_ns a word batch), not waited for. */
+static inline void m_fill_words(mdev* d, devrt_stream s, devrt_block b, int from, uint64_t n,
+                                uint64_t part, uint64_t delay_ns) {
+  uint32_t* h = malloc(n * 4);
+  for (uint64_t i = 0; i < n; i++) h[i] = m_word(from, (int)(i / part), i % part);
+  devrt_block t = m_alloc(d, n * 4, "staging");
+  CHECK_OK(b_write(d->rt, s, t, h, n * 4));
+  CHECK_OK(m_copy(d, s, d->rt, b, d->rt, t, n, delay_ns));
+  CHECK_OK(devrt_block_free(d->rt, t)); /* after the copy */
+  free(h);
+}
+
+/* All-to-all, all-to-allv (rank r sends r + 1 + j words to rank j, at uneven offsets) and a ring
+ * of sends and receives (each rank to the next, both directions in one group), over blocks whose
+ * inputs are copied in slowly on another stream first (the exchange must wait for them) and freed
+ * at once (their frees wait for it); every result is checked word by word on a third stream. */
+static inline void m_exchange_data(mdev* d, devrt_comm** comms, int ndev, uint64_t n,
+                                   uint64_t slow) {
+  size_t k = (size_t)ndev;
+  devrt_block* in = calloc(k, sizeof *in);
+  devrt_block* out = calloc(k, sizeof *out);
+  for (int r = 0; r < ndev; r++) {
+    in[r] = m_alloc(&d[r], n * 4 * k, "a2a in");
+    out[r] = m_alloc(&d[r], n * 4 * k, "a2a out");
+    m_fill_words(&d[r], d[r].s[1], in[r], r, n * k, n, slow); /* part j: m_word(r, j, .) */
+  }
+  CHECK_OK(devrt_group_start());
+  for (int r = 0; r < ndev; r++)
+    CHECK_OK(devrt_all_to_all(comms[r], d[r].s[0], in[r], out[r], n, DEVRT_UINT32));
+  CHECK_OK(devrt_group_end());
+  for (int r = 0; r < ndev; r++) CHECK_OK(devrt_block_free(d[r].rt, in[r]));
+  uint32_t* h = malloc(n * 4 * k);
+  for (int r = 0; r < ndev; r++) { /* part j of out[r] came from rank j: m_word(j, r, .) */
+    CHECK_OK(b_read(d[r].rt, d[r].s[2], out[r], h, n * 4 * k));
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n * k; i++) wrong += h[i] != m_word((int)(i / n), r, i % n);
+    CHECK(wrong == 0);
+  }
+
+  /* all-to-allv: rank r's part for j is r + 1 + j words at offset j * P of its send (P = 3n/2),
+   * and lands at offset j * n + 1 of j's recv; the rest of each recv keeps its 7s */
+  size_t P = n * 3 / 2;
+  size_t *sc = calloc(4 * k * k, sizeof *sc), *so = sc + k * k, *rc = so + k * k, *ro = rc + k * k;
+  for (int r = 0; r < ndev; r++) {
+    in[r] = m_alloc(&d[r], n * 4 * 2 * k, "a2av in");
+    m_fill_words(&d[r], d[r].s[1], in[r], r, 2 * n * k, P, slow);
+    CHECK_OK(m_fill(&d[r], d[r].s[1], d[r].rt, out[r], 7, n * k, 0));
+    for (size_t j = 0; j < k; j++) {
+      sc[r * k + j] = (size_t)r + 1 + j, so[r * k + j] = j * P;
+      rc[r * k + j] = j + 1 + (size_t)r, ro[r * k + j] = j * n + 1;
+    }
+  }
+  CHECK_OK(devrt_group_start());
+  for (int r = 0; r < ndev; r++)
+    CHECK_OK(devrt_all_to_allv(comms[r], d[r].s[0], in[r], sc + r * k, so + r * k, out[r],
+                               rc + r * k, ro + r * k, DEVRT_UINT32));
+  CHECK_OK(devrt_group_end());
+  for (int r = 0; r < ndev; r++) CHECK_OK(devrt_block_free(d[r].rt, in[r]));
+  for (int r = 0; r < ndev; r++) {
+    CHECK_OK(b_read(d[r].rt, d[r].s[2], out[r], h, n * 4 * k));
+    uint64_t wrong = 0;
+    for (size_t j = 0; j < k; j++) /* from rank j: its part for r; the rest stays 7 */
+      for (size_t t = 0; t < rc[r * k + j]; t++) {
+        uint32_t* w = &h[ro[r * k + j] + t];
+        wrong += *w != m_word((int)j, r, t), *w = 7;
+      }
+    for (uint64_t i = 0; i < n * k; i++) wrong += h[i] != 7;
+    CHECK(wrong == 0);
+  }
+  free(sc);
+
+  /* a ring: rank r sends part r of its words to r + 1 and receives from r - 1, in one group */
+  for (int r = 0; r < ndev; r++) {
+    in[r] = m_alloc(&d[r], n * 4, "ring in");
+    m_fill_words(&d[r], d[r].s[1], in[r], r, n, n, slow);
+  }
+  CHECK_OK(devrt_group_start());
+  for (int r = 0; r < ndev; r++) {
+    CHECK_OK(devrt_send(comms[r], d[r].s[0], in[r], n, DEVRT_UINT32, (r + 1) % ndev));
+    CHECK_OK(devrt_recv(comms[r], d[r].s[0], out[r], n, DEVRT_UINT32, (r + ndev - 1) % ndev));
+  }
+  CHECK_OK(devrt_group_end());
+  for (int r = 0; r < ndev; r++) CHECK_OK(devrt_block_free(d[r].rt, in[r]));
+  for (int r = 0; r < ndev; r++) {
+    CHECK_OK(b_read(d[r].rt, d[r].s[2], out[r], h, n * 4));
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n; i++) wrong += h[i] != m_word((r + ndev - 1) % ndev, 0, i);
+    CHECK(wrong == 0);
+    CHECK_OK(devrt_block_free(d[r].rt, out[r]));
+  }
+  free(h), free(in), free(out);
+}
+
 #endif

@@ -11,42 +11,70 @@
 #include <time.h>
 #include <unistd.h>
 #include "../block/block.h"
+#include "hostxp.h"
 #include "multi.h"
 
-/* DV_ARG_CHECK for a call named at run time: INVALID_ARGUMENT, "<call>: <what>". */
-#define CALL_CHECK(cond, call, fmt, ...) \
-  if (!(cond)) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: " fmt, call, ##__VA_ARGS__)
 #include "nccl.h"
 
 #define COMM_MAGIC 0x636f6d6d756e6963ull /* "communic" */
 
-typedef enum ckind { C_ALL_REDUCE, C_BROADCAST, C_ALL_GATHER, C_REDUCE_SCATTER } ckind;
-static const char* const cname[] = {"devrt_all_reduce", "devrt_broadcast", "devrt_all_gather",
-                                    "devrt_reduce_scatter"};
-static const char* const nccl_name[] = {"ncclAllReduce", "ncclBroadcast", "ncclAllGather",
-                                        "ncclReduceScatter"};
+typedef enum ckind {
+  C_ALL_REDUCE,
+  C_BROADCAST,
+  C_ALL_GATHER,
+  C_REDUCE_SCATTER,
+  C_ALL_TO_ALL,
+  C_ALL_TO_ALLV,
+  C_SEND,
+  C_RECV
+} ckind;
+static const char* const cname[] = {"devrt_all_reduce",     "devrt_broadcast",  "devrt_all_gather",
+                                    "devrt_reduce_scatter", "devrt_all_to_all", "devrt_all_to_allv",
+                                    "devrt_send",           "devrt_recv"};
+static const char* const nccl_name[] = {
+    "ncclAllReduce",     "ncclBroadcast",     "ncclAllGather", "ncclReduceScatter",
+    "ncclSend/ncclRecv", "ncclSend/ncclRecv", "ncclSend",      "ncclRecv"};
 static const size_t dsize[DEVRT_DTYPE_COUNT_] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 /* ---- the host version ---- */
 
-typedef struct hinst hinst;
-typedef struct hrank { /* one rank's part of one collective */
-  struct hgroup* g;
-  hinst* in;
-  const void* send;
-  void* recv;
-} hrank;
-struct hinst { /* one collective of the group (the seq-th of each rank) */
-  uint64_t seq;
+/* One rank's input to a host collective: its send bytes and, for all-to-allv, its send counts and
+ * offsets (elements, nranks each). */
+typedef struct hpart {
+  const char* p;
+  const size_t *cnt, *off;
+} hpart;
+
+/* One rank's part of one host collective or message, from its issue to the end of the host
+ * function its stream runs; owns `v`. */
+typedef struct hcall {
+  struct hgroup* g; /* in-process group, or */
+  dv_xp* xp;        /* ranks in processes */
+  int rank, nranks;
   ckind kind;
   size_t count;
   devrt_dtype dt;
   devrt_redop op;
-  int root, issued, arrived, left;
-  bool done;
-  hinst* next;
-  hrank r[]; /* nranks */
-};
+  int root;     /* broadcast: the root; send and receive: the peer */
+  uint64_t seq; /* the comm's collective, or the pair's message, by number */
+  const char* send;
+  char* recv;
+  size_t* v; /* all-to-allv: send counts, send offsets, recv counts, recv offsets */
+} hcall;
+
+typedef struct hinst { /* one in-process collective (the seq-th of each rank) */
+  uint64_t seq;
+  int arrived, computed, left; /* ranks at each of its two meetings, and past them */
+  struct hinst* next;
+  hpart in[]; /* nranks */
+} hinst;
+typedef struct hmsg { /* one in-process message, sent and not yet received */
+  int src, dst;
+  uint64_t seq;
+  size_t len;
+  struct hmsg* next;
+  char data[];
+} hmsg;
 typedef struct hgroup {
   pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;
@@ -54,7 +82,8 @@ typedef struct hgroup {
   devrt_comm_id id; /* devrt_comm_create's groups: the id they are registered under */
   bool registered;  /* on the pending list until every rank has joined */
   struct hgroup* next;
-  hinst* insts; /* collectives some rank issued and not every rank has left */
+  hinst* insts; /* collectives some rank reached and not every rank has left */
+  hmsg* msgs;   /* messages sent and not received */
 } hgroup;
 
 static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -74,6 +103,8 @@ static void hgroup_unref(hgroup* g) {
   bool last = --g->refs == 0;
   pthread_mutex_unlock(&g->mu);
   if (!last) return;
+  DV_ASSERT(!g->insts); /* a comm is destroyed once its work has completed */
+  for (hmsg *m = g->msgs, *nx; m; m = nx) nx = m->next, free(m); /* sent, never received */
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
   free(g);
@@ -156,49 +187,95 @@ static void divide(void* d, size_t n, devrt_dtype dt, int k) {
   }
 }
 
-/* Every rank's result, by the last rank to arrive (g->mu held; the others wait). Results go to a
- * scratch buffer first, as a rank's recv may be its send (in place). */
-static void compute(hgroup* g, hinst* in) {
-  int n = g->nranks;
-  size_t e = dsize[in->dt], part = in->count * e;
-  size_t total = in->kind == C_ALL_GATHER ? part * (size_t)n : part;
-  char* t = malloc(in->kind == C_REDUCE_SCATTER ? part * (size_t)n : total);
-  if (!t) return; /* out of host memory: results stay unwritten */
-  switch (in->kind) {
+/* The bytes a rank of h's collective reads from its send block, and writes to its recv. */
+static size_t send_bytes(const hcall* h) {
+  size_t part = h->count * dsize[h->dt], n = (size_t)h->nranks, end = 0;
+  switch (h->kind) {
+    case C_REDUCE_SCATTER:
+    case C_ALL_TO_ALL:
+      return part * n;
+    case C_BROADCAST:
+      return h->rank == h->root ? part : 0;
+    case C_ALL_TO_ALLV:
+      for (size_t j = 0; j < n; j++)
+        if (h->v[j] && h->v[n + j] + h->v[j] > end) end = h->v[n + j] + h->v[j];
+      return end * dsize[h->dt];
+    default:
+      return part;
+  }
+}
+static size_t recv_bytes(const hcall* h) {
+  size_t part = h->count * dsize[h->dt], n = (size_t)h->nranks;
+  return h->kind == C_ALL_GATHER || h->kind == C_ALL_TO_ALL ? part * n : part;
+}
+
+/* Rank h->rank's result from every rank's input in[0..nranks), into out. */
+static void result(const hcall* h, const hpart* in, char* out) {
+  int n = h->nranks, k = h->rank;
+  size_t e = dsize[h->dt], part = h->count * e;
+  switch (h->kind) {
     case C_ALL_REDUCE:
-    case C_REDUCE_SCATTER: { /* reduce-scatter: reduce all nranks parts, then rank r takes part r */
-      size_t len = in->kind == C_ALL_REDUCE ? part : part * (size_t)n;
-      memcpy(t, in->r[0].send, len);
-      for (int k = 1; k < n; k++) combine(t, in->r[k].send, len / e, in->dt, in->op);
-      if (in->op == DEVRT_AVG) divide(t, len / e, in->dt, n);
-      for (int k = 0; k < n; k++)
-        memcpy(in->r[k].recv, in->kind == C_ALL_REDUCE ? t : t + part * (size_t)k, part);
+    case C_REDUCE_SCATTER: { /* reduce-scatter: rank k reduces part k of every rank's send */
+      size_t at = h->kind == C_REDUCE_SCATTER ? part * (size_t)k : 0;
+      memcpy(out, in[0].p + at, part);
+      for (int j = 1; j < n; j++) combine(out, in[j].p + at, h->count, h->dt, h->op);
+      if (h->op == DEVRT_AVG) divide(out, h->count, h->dt, n);
       break;
     }
     case C_BROADCAST:
-      memcpy(t, in->r[in->root].send, part);
-      for (int k = 0; k < n; k++) memcpy(in->r[k].recv, t, part);
+      memcpy(out, in[h->root].p, part);
       break;
     case C_ALL_GATHER:
-      for (int k = 0; k < n; k++) memcpy(t + part * (size_t)k, in->r[k].send, part);
-      for (int k = 0; k < n; k++) memcpy(in->r[k].recv, t, total);
+      for (int j = 0; j < n; j++) memcpy(out + part * (size_t)j, in[j].p, part);
       break;
+    case C_ALL_TO_ALL:
+      for (int j = 0; j < n; j++) memcpy(out + part * (size_t)j, in[j].p + part * (size_t)k, part);
+      break;
+    case C_ALL_TO_ALLV: { /* what rank j sends to k lands where k receives from j (the shorter) */
+      const size_t *rcnt = h->v + 2 * (size_t)n, *roff = h->v + 3 * (size_t)n;
+      for (int j = 0; j < n; j++) {
+        size_t c = in[j].cnt[k] < rcnt[j] ? in[j].cnt[k] : rcnt[j];
+        memcpy(out + roff[j] * e, in[j].p + in[j].off[k] * e, c * e);
+      }
+      break;
+    }
+    default:
+      DV_ASSERT(!"a message is no collective");
   }
-  free(t);
 }
 
-/* A rank's stream reached its part of a collective: meet the other ranks there. */
-static void host_meet(void* user) {
-  hrank* r = user;
-  hgroup* g = r->g;
-  hinst* in = r->in;
+/* Waits under g->mu until *count reaches the group's size, having added this rank. */
+static void meet(hgroup* g, int* count) {
+  if (++*count == g->nranks) pthread_cond_broadcast(&g->cv);
+  while (*count < g->nranks) pthread_cond_wait(&g->cv, &g->mu);
+}
+
+/* An in-process collective: every rank's input is published in the instance; each computes its
+ * own result (into scratch when it is in place: another rank may still read its send), and
+ * writes it once every rank is done reading. */
+static void inproc_collective(hcall* h) {
+  hgroup* g = h->g;
+  size_t rb = recv_bytes(h);
+  bool inplace = h->recv < h->send + send_bytes(h) && h->send < h->recv + rb;
+  char* out = inplace ? malloc(rb) : h->recv;
   pthread_mutex_lock(&g->mu);
-  if (++in->arrived == g->nranks) {
-    compute(g, in);
-    in->done = true;
-    pthread_cond_broadcast(&g->cv);
+  hinst* in = g->insts;
+  while (in && in->seq != h->seq) in = in->next;
+  if (!in && (in = calloc(1, sizeof *in + (size_t)g->nranks * sizeof(hpart))) != NULL)
+    in->seq = h->seq, in->next = g->insts, g->insts = in;
+  if (!in || !out) { /* out of host memory: the other ranks wait for this one for good */
+    pthread_mutex_unlock(&g->mu);
+    fprintf(stderr, "devrt: %s on host rank %d: out of host memory\n", cname[h->kind], h->rank);
+    if (inplace) free(out);
+    return;
   }
-  while (!in->done) pthread_cond_wait(&g->cv, &g->mu);
+  size_t n = (size_t)h->nranks;
+  in->in[h->rank] = (hpart){h->send, h->v, h->v ? h->v + n : NULL};
+  meet(g, &in->arrived);
+  pthread_mutex_unlock(&g->mu);
+  result(h, in->in, out); /* the inputs stay until every rank has computed */
+  pthread_mutex_lock(&g->mu);
+  meet(g, &in->computed);
   if (++in->left == g->nranks) { /* the last one out unlinks it */
     hinst** p = &g->insts;
     while (*p != in) p = &(*p)->next;
@@ -206,6 +283,81 @@ static void host_meet(void* user) {
     free(in);
   }
   pthread_mutex_unlock(&g->mu);
+  if (inplace) memcpy(h->recv, out, rb), free(out);
+}
+
+/* Ranks in processes: each publishes a copy of its input (with its counts and offsets), then
+ * computes its own result straight into recv. */
+static devrt_status xproc_collective(hcall* h) {
+  size_t n = (size_t)h->nranks, hb = h->v ? 2 * n * sizeof(size_t) : 0;
+  dv_xp_view* v = calloc(n, sizeof *v);
+  hpart* in = calloc(n, sizeof *in);
+  devrt_status st = v && in ? dv_xp_exchange(h->xp, h->seq, h->v, hb, h->send, send_bytes(h), v)
+                            : dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory");
+  if (st == DEVRT_OK) {
+    for (size_t j = 0; j < n; j++) {
+      const size_t* a = v[j].data;
+      in[j] = (hpart){(const char*)v[j].data + hb, hb ? a : NULL, hb ? a + n : NULL};
+    }
+    result(h, in, h->recv);
+    dv_xp_release(h->xp, v);
+  }
+  free(v), free(in);
+  return st;
+}
+
+/* An in-process message: sent eagerly (copied), received once it is there. */
+static void inproc_message(hcall* h) {
+  hgroup* g = h->g;
+  size_t len = h->count * dsize[h->dt];
+  bool send = h->kind == C_SEND;
+  int src = send ? h->rank : h->root, dst = send ? h->root : h->rank;
+  hmsg* m = send ? malloc(sizeof *m + len) : NULL;
+  if (send && !m) {
+    fprintf(stderr, "devrt: devrt_send on host rank %d: out of host memory\n", h->rank);
+    return;
+  }
+  if (m) *m = (hmsg){src, dst, h->seq, len, NULL}, memcpy(m->data, h->send, len);
+  pthread_mutex_lock(&g->mu);
+  if (send) { /* at the tail: a pair's messages stay in order */
+    hmsg** p = &g->msgs;
+    while (*p) p = &(*p)->next;
+    *p = m;
+    pthread_cond_broadcast(&g->cv);
+  } else {
+    hmsg** p;
+    for (;;) {
+      for (p = &g->msgs; *p && ((*p)->src != src || (*p)->dst != dst || (*p)->seq != h->seq);)
+        p = &(*p)->next;
+      if (*p) break;
+      pthread_cond_wait(&g->cv, &g->mu);
+    }
+    m = *p, *p = m->next;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (!send) memcpy(h->recv, m->data, len < m->len ? len : m->len), free(m);
+}
+
+/* What a rank's stream runs for h; frees h. */
+static void host_run(void* user) {
+  hcall* h = user;
+  devrt_status st = DEVRT_OK;
+  size_t len = h->count * dsize[h->dt];
+  if (h->kind == C_SEND || h->kind == C_RECV) {
+    if (h->g)
+      inproc_message(h);
+    else if (h->kind == C_SEND)
+      st = dv_xp_send(h->xp, h->root, h->seq, h->send, len);
+    else
+      st = dv_xp_recv(h->xp, h->root, h->seq, h->recv, len);
+  } else if (h->g) {
+    inproc_collective(h);
+  } else {
+    st = xproc_collective(h);
+  }
+  if (st != DEVRT_OK) /* a host function has no caller to fail: its result stays unwritten */
+    fprintf(stderr, "devrt: %s on host rank %d: %s\n", cname[h->kind], h->rank, devrt_last_error());
+  free(h->v), free(h);
 }
 
 /* ---- communicators ---- */
@@ -214,9 +366,11 @@ struct devrt_comm {
   _Atomic uint64_t magic;
   devrt_runtime* rt;
   int rank, nranks;
-  dv_nccl_comm_t nccl;  /* cuda */
-  hgroup* g;            /* host */
-  _Atomic uint64_t seq; /* host: this rank's collectives issued (ranks meet by number) */
+  dv_nccl_comm_t nccl;    /* cuda */
+  hgroup* g;              /* host, ranks in this process */
+  dv_xp* xp;              /* host, ranks in processes */
+  _Atomic uint64_t seq;   /* host: this rank's collectives issued (ranks meet by number) */
+  _Atomic uint64_t* sent; /* host: messages issued to each rank, then from each (nranks each) */
 };
 
 static bool is_host(devrt_runtime* rt) { return dv_is_host(rt->be); }
@@ -227,8 +381,16 @@ static bool comm_ok(devrt_comm* c) { /* acquire: pairs with the creating calls' 
 
 static devrt_comm* comm_new(devrt_runtime* rt, int rank, int nranks) {
   devrt_comm* c = calloc(1, sizeof *c);
+  if (c && is_host(rt) && !(c->sent = calloc(2 * (size_t)nranks, sizeof *c->sent))) {
+    free(c);
+    return NULL;
+  }
   if (c) c->rt = rt, c->rank = rank, c->nranks = nranks;
   return c;
+}
+static void comm_free(devrt_comm* c) {
+  if (c) free(c->sent);
+  free(c);
 }
 
 devrt_status devrt_comm_version(devrt_runtime* rt, int* out) {
@@ -263,6 +425,12 @@ devrt_status devrt_comm_id_create(devrt_runtime* rt, devrt_comm_id* out) {
   DV_CHECK(dv_nccl_get(&n));
   dv_nccl_result r = n->GetUniqueId((dv_nccl_id*)(void*)out);
   return r ? dv_nccl_fail(n, r, NULL, "ncclGetUniqueId", "(devrt_comm_id_create)") : DEVRT_OK;
+}
+
+devrt_status dv_comm_id_for_processes(devrt_runtime* rt, devrt_comm_id* out) {
+  DV_CHECK(devrt_comm_id_create(rt, out));
+  if (is_host(rt)) out->bytes[10] = 'x'; /* "devrt-hostx": devrt_comm_create joins through hostxp */
+  return DEVRT_OK;
 }
 
 devrt_status devrt_comms_create(unsigned n, devrt_runtime* const* rts, devrt_comm** comms) {
@@ -302,7 +470,7 @@ devrt_status devrt_comms_create(unsigned n, devrt_runtime* const* rts, devrt_com
       atomic_store_explicit(&c[i]->magic, COMM_MAGIC, memory_order_release); /* pairs: comm_ok */
       comms[i] = c[i];
     } else {
-      free(c ? c[i] : NULL);
+      comm_free(c ? c[i] : NULL);
     }
   }
   if (g) g->refs = g->joined = st == DEVRT_OK ? (int)n : 1;
@@ -351,8 +519,8 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
                                devrt_comm** out) {
   DV_RT_CHECK(rt, "devrt_comm_create");
   DV_ARG_CHECK(id && out, "devrt_comm_create", "id or out is NULL");
-  DV_ARG_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "devrt_comm_create",
-               "rank %d of %d ranks (0 <= rank < nranks)", rank, nranks);
+  DV_ARG_CHECK(nranks >= 1 && nranks <= 1 << 20 && rank >= 0 && rank < nranks, "devrt_comm_create",
+               "rank %d of %d ranks (0 <= rank < nranks <= 2^20)", rank, nranks);
   devrt_comm* c = comm_new(rt, rank, nranks);
   if (!c) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_comm_create: out of host memory");
   devrt_status st;
@@ -360,7 +528,9 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
     st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                  "devrt_comm_create: the id is not one devrt_comm_id_create made on the host "
                  "backend");
-  else if (is_host(rt)) {
+  else if (is_host(rt) && id->bytes[10] == 'x') {
+    st = dv_xp_join(id, sizeof *id, nranks, rank, &c->xp);
+  } else if (is_host(rt)) {
     st = host_join(id, nranks, rank, &c->g);
   } else {
     const dv_nccl* n = NULL;
@@ -375,7 +545,7 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
     }
   }
   if (st != DEVRT_OK) {
-    free(c);
+    comm_free(c);
     return st;
   }
   atomic_store_explicit(&c->magic, COMM_MAGIC, memory_order_release); /* pairs: comm_ok */
@@ -393,6 +563,8 @@ devrt_status devrt_comm_destroy(devrt_comm* c) {
   devrt_status st = DEVRT_OK;
   if (c->g) {
     hgroup_unref(c->g);
+  } else if (c->xp) {
+    dv_xp_leave(c->xp);
   } else {
     const dv_nccl* n;
     if ((st = dv_nccl_get(&n)) == DEVRT_OK) {
@@ -400,7 +572,7 @@ devrt_status devrt_comm_destroy(devrt_comm* c) {
       if (r) st = dv_nccl_fail(n, r, NULL, "ncclCommDestroy", "(rank %d)", c->rank);
     }
   }
-  free(c);
+  comm_free(c);
   return st;
 }
 
@@ -421,14 +593,16 @@ typedef struct cop {
   ckind kind;
   devrt_stream stream;
   dv_stream* s;
-  const void* send;
-  void* recv;
+  const char* send;
+  char* recv;
   size_t count;
   devrt_dtype dt;
   devrt_redop op;
-  int root;
+  int root;  /* broadcast: the root; send and receive: the peer */
+  size_t* v; /* all-to-allv: its four arrays, copied (owned by the call) */
   devrt_block_use u[2];
-  dv_work k; /* its two blocks' tracking, from pin to finish */
+  unsigned nu; /* uses: 2, or 1 for a send or a receive */
+  dv_work k;   /* its blocks' tracking, from pin to finish */
   bool pinned;
 } cop;
 
@@ -440,7 +614,7 @@ static _Thread_local unsigned ndeferred, capdeferred;
 
 /* Pins o's blocks and issues its waits on its stream (a launch's steps 2-3). */
 static devrt_status cop_pin(cop* o, const char* call) {
-  DV_CHECK(dv_work_init(&o->k, o->c->rt, DV_SID_SLOT(o->stream), call, o->u, 2));
+  DV_CHECK(dv_work_init(&o->k, o->c->rt, DV_SID_SLOT(o->stream), call, o->u, o->nu));
   DV_CHECK(dv_uses_pin(&o->k));
   devrt_status st = dv_waits_issue(&o->k, o->s);
   if (st != DEVRT_OK) {
@@ -470,25 +644,56 @@ static devrt_status cop_finish(cop* o, bool ok) {
   return st;
 }
 
+/* The host version of o: a host function on its stream (host_run) with its own copy of the call. */
+static devrt_status host_work(cop* o) {
+  devrt_comm* c = o->c;
+  size_t n = (size_t)c->nranks;
+  hcall* h = malloc(sizeof *h);
+  size_t* v = o->v ? malloc(4 * n * sizeof *v) : NULL;
+  if (!h || (o->v && !v)) {
+    free(h), free(v);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", cname[o->kind]);
+  }
+  if (v) memcpy(v, o->v, 4 * n * sizeof *v);
+  /* relaxed: the ranks meet by number, and a comm's calls come in one order (the contract) */
+  uint64_t seq =
+      o->kind == C_SEND ? atomic_fetch_add_explicit(&c->sent[o->root], 1, memory_order_relaxed)
+      : o->kind == C_RECV
+          ? atomic_fetch_add_explicit(&c->sent[n + (size_t)o->root], 1, memory_order_relaxed)
+          : atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed);
+  *h = (hcall){c->g,  c->xp,   c->rank, c->nranks, o->kind, o->count, o->dt,
+               o->op, o->root, seq + 1, o->send,   o->recv, v};
+  devrt_status st = c->rt->be->host_func(o->s, host_run, h);
+  if (st != DEVRT_OK) free(v), free(h);
+  return st;
+}
+
+/* NCCL's send and receive of count elements at p, to or from peer. */
+static dv_nccl_result p2p(const dv_nccl* lib, const cop* o, bool send, const char* p, size_t count,
+                          int peer, void* native) {
+  return send ? lib->Send(p, count, (int)o->dt, peer, o->c->nccl, native)
+              : lib->Recv((void*)p, count, (int)o->dt, peer, o->c->nccl, native);
+}
+
+/* NCCL's all-to-all: a send and a receive per rank with a part, in one NCCL group. */
+static dv_nccl_result all_to_all(const dv_nccl* lib, const cop* o, void* native) {
+  size_t n = (size_t)o->c->nranks, e = dsize[o->dt];
+  dv_nccl_result r = lib->GroupStart();
+  for (size_t j = 0; !r && j < n; j++) {
+    size_t sc = o->v ? o->v[j] : o->count, so = o->v ? o->v[n + j] : o->count * j;
+    size_t rc = o->v ? o->v[2 * n + j] : o->count, ro = o->v ? o->v[3 * n + j] : o->count * j;
+    if (sc) r = p2p(lib, o, true, o->send + so * e, sc, (int)j, native);
+    if (!r && rc) r = p2p(lib, o, false, o->recv + ro * e, rc, (int)j, native);
+  }
+  dv_nccl_result end = lib->GroupEnd(); /* closes the group even after a failed call */
+  return r ? r : end;
+}
+
 /* Enqueues o's work (between pin and finish). */
 static devrt_status cop_work(cop* o, const dv_nccl* lib) {
   devrt_comm* c = o->c;
   devrt_runtime* rt = c->rt;
-  if (c->g) {
-    hgroup* g = c->g;
-    uint64_t seq = atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed); /* g->mu orders */
-    pthread_mutex_lock(&g->mu);
-    hinst* in = g->insts;
-    while (in && in->seq != seq) in = in->next;
-    if (!in && (in = calloc(1, sizeof *in + (size_t)g->nranks * sizeof(hrank))) != NULL) {
-      in->seq = seq, in->kind = o->kind, in->count = o->count, in->dt = o->dt, in->op = o->op;
-      in->root = o->root, in->next = g->insts, g->insts = in;
-    }
-    if (in) in->r[c->rank] = (hrank){g, in, o->send, o->recv};
-    pthread_mutex_unlock(&g->mu);
-    if (!in) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", cname[o->kind]);
-    return rt->be->host_func(o->s, host_meet, &in->r[c->rank]);
-  }
+  if (is_host(rt)) return host_work(o);
   void* native = rt->be->stream_native(o->s);
   DV_CHECK(rt->be->device_enter(rt->dev));
   dv_nccl_result r = 0;
@@ -504,6 +709,15 @@ static devrt_status cop_work(cop* o, const dv_nccl* lib) {
       break;
     case C_REDUCE_SCATTER:
       r = lib->ReduceScatter(o->send, o->recv, o->count, (int)o->dt, (int)o->op, c->nccl, native);
+      break;
+    case C_ALL_TO_ALL:
+    case C_ALL_TO_ALLV:
+      r = all_to_all(lib, o, native);
+      break;
+    case C_SEND:
+    case C_RECV:
+      r = p2p(lib, o, o->kind == C_SEND, o->kind == C_SEND ? o->send : o->recv, o->count, o->root,
+              native);
       break;
   }
   rt->be->device_leave(rt->dev);
@@ -522,7 +736,7 @@ static devrt_status run(cop** ops, unsigned n, bool grouped) {
     if (st != DEVRT_OK) break;
   }
   bool nccl = false;
-  for (unsigned i = 0; i < n; i++) nccl |= !ops[i]->c->g;
+  for (unsigned i = 0; i < n; i++) nccl |= !is_host(ops[i]->c->rt);
   nccl &= st == DEVRT_OK;
   if (nccl) st = dv_nccl_get(&lib);
   if (st == DEVRT_OK && nccl && grouped && lib->GroupStart())
@@ -537,44 +751,97 @@ static devrt_status run(cop** ops, unsigned n, bool grouped) {
   return st;
 }
 
-/* Checks one call and issues it now, or defers it to the thread's group end. */
+/* The bytes o reads from send and writes to recv, with o's counts checked against overflow; false
+ * if they overflow (v's parts: each part's end). */
+static bool cop_extent(const cop* o, size_t* need_send, size_t* need_recv) {
+  size_t e = dsize[o->dt], n = (size_t)o->c->nranks, part = o->count * e;
+  *need_send = *need_recv = 0;
+  if (o->kind == C_ALL_TO_ALLV) {
+    for (size_t j = 0; j < 2 * n; j++) { /* j < n: send parts, then recv parts */
+      size_t cnt = o->v[j < n ? j : n + j], off = o->v[j < n ? n + j : 2 * n + j];
+      size_t* need = j < n ? need_send : need_recv;
+      if (cnt > SIZE_MAX / e || off > SIZE_MAX / e - cnt) return false;
+      if (cnt && (off + cnt) * e > *need) *need = (off + cnt) * e;
+    }
+    return true;
+  }
+  if (o->count > SIZE_MAX / e / n) return false;
+  bool many_send = o->kind == C_REDUCE_SCATTER || o->kind == C_ALL_TO_ALL;
+  bool many_recv = o->kind == C_ALL_GATHER || o->kind == C_ALL_TO_ALL;
+  *need_send = o->kind == C_RECV ? 0 : many_send ? part * n : part;
+  *need_recv = o->kind == C_SEND ? 0 : many_recv ? part * n : part;
+  return true;
+}
+
+/* Checks one call and issues it now, or defers it to the thread's group end. Owns o->v. */
 static devrt_status collective(cop* o, const char* call) {
+  devrt_status st = DEVRT_OK;
+  cop* copy = NULL;
   devrt_comm* c = o->c;
-  CALL_CHECK(comm_ok(c), call, "communicator %p is NULL or destroyed", (void*)c);
+  if (!comm_ok(c)) {
+    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: communicator %p is NULL or destroyed", call,
+                 (void*)c);
+    goto out;
+  }
   devrt_runtime* rt = c->rt;
-  DV_CHECK(dv_stream_get(rt, o->stream, &o->s, call));
-  CALL_CHECK(o->count, call, "count is 0");
-  CALL_CHECK((unsigned)o->dt < DEVRT_DTYPE_COUNT_ && (unsigned)o->op < DEVRT_REDOP_COUNT_, call,
-             "dtype %d or op %d is unknown", (int)o->dt, (int)o->op);
-  CALL_CHECK(o->root >= 0 && o->root < c->nranks, call, "root %d of %d ranks", o->root, c->nranks);
-  if (c->g && (o->dt == DEVRT_FLOAT16 || o->dt == DEVRT_BFLOAT16))
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: the host collectives have no 16-bit floats", call);
-  size_t e = dsize[o->dt], k = (size_t)c->nranks;
-  CALL_CHECK(o->count <= SIZE_MAX / e / k, call, "count %zu is too large", o->count);
-  size_t part = o->count * e;
-  size_t need_send = o->kind == C_REDUCE_SCATTER ? part * k : part;
-  size_t need_recv = o->kind == C_ALL_GATHER ? part * k : part;
+  if ((st = dv_stream_get(rt, o->stream, &o->s, call)) != DEVRT_OK) goto out;
+  size_t need_send, need_recv;
+  bool v = o->kind == C_ALL_TO_ALLV, p2p_kind = o->kind == C_SEND || o->kind == C_RECV;
+  const char* bad = (!v && !o->count)                        ? "count is 0"
+                    : (unsigned)o->dt >= DEVRT_DTYPE_COUNT_  ? "dtype is unknown"
+                    : (unsigned)o->op >= DEVRT_REDOP_COUNT_  ? "op is unknown"
+                    : o->root < 0 || o->root >= c->nranks    ? "root or peer is out of range"
+                    : !cop_extent(o, &need_send, &need_recv) ? "a count is too large"
+                    : o->nu == 2 && o->u[0].block == o->u[1].block && (o->kind == C_ALL_TO_ALL || v)
+                        ? "send and recv are one block"
+                        : NULL;
+  if (bad) {
+    st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                 "%s: %s (count %zu, dtype %d, op %d, root/peer %d of %d)", call, bad, o->count,
+                 (int)o->dt, (int)o->op, o->root, c->nranks);
+    goto out;
+  }
+  if (is_host(rt) && (o->dt == DEVRT_FLOAT16 || o->dt == DEVRT_BFLOAT16)) {
+    st = dv_fail(DEVRT_ERR_UNSUPPORTED, "%s: the host collectives have no 16-bit floats", call);
+    goto out;
+  }
   devrt_runtime* owner;
-  void *sp, *rp;
-  size_t ss, rs;
-  DV_CHECK(dv_block_find(rt, o->u[0].block, call, &owner, &sp, &ss));
-  DV_CHECK(dv_block_find(rt, o->u[1].block, call, &owner, &rp, &rs));
-  CALL_CHECK(ss >= need_send && rs >= need_recv, call,
-             "send holds %zu bytes and recv %zu; %zu and %zu are needed", ss, rs, need_send,
-             need_recv);
-  o->send = sp, o->recv = rp;
-  if (depth == 0) return run(&o, 1, false);
+  void* p;
+  size_t size;
+  for (unsigned i = 0; i < o->nu; i++) {
+    bool is_send = !p2p_kind ? i == 0 : o->kind == C_SEND;
+    size_t need = is_send ? need_send : need_recv;
+    if ((st = dv_block_find(rt, o->u[i].block, call, &owner, &p, &size)) != DEVRT_OK) goto out;
+    if (size < need) {
+      st = dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: %s holds %zu bytes; %zu are needed", call,
+                   is_send ? "send" : "recv", size, need);
+      goto out;
+    }
+    *(is_send ? (void**)&o->send : (void**)&o->recv) = p;
+  }
+  if (depth == 0) {
+    st = run(&o, 1, false);
+    goto out;
+  }
   if (ndeferred == capdeferred) {
     unsigned cap = capdeferred ? 2 * capdeferred : 8;
-    cop** v = realloc(deferred, cap * sizeof *v);
-    if (!v) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", call);
-    deferred = v, capdeferred = cap;
+    cop** nv = realloc(deferred, cap * sizeof *nv);
+    if (!nv) {
+      st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", call);
+      goto out;
+    }
+    deferred = nv, capdeferred = cap;
   }
-  cop* copy = malloc(sizeof *copy);
-  if (!copy) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", call);
+  if (!(copy = malloc(sizeof *copy))) {
+    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", call);
+    goto out;
+  }
   memcpy(copy, o, offsetof(cop, k));
   deferred[ndeferred++] = copy;
-  return DEVRT_OK;
+  return DEVRT_OK; /* the copy owns o->v */
+out:
+  free(o->v);
+  return st;
 }
 
 devrt_status devrt_group_start(void) {
@@ -589,55 +856,87 @@ devrt_status devrt_group_end(void) {
   if (!depth) return dv_fail(DEVRT_ERR_INVALID_STATE, "devrt_group_end: no group was started");
   if (--depth) return DEVRT_OK;
   devrt_status st = ndeferred ? run(deferred, ndeferred, true) : DEVRT_OK;
-  for (unsigned i = 0; i < ndeferred; i++) free(deferred[i]);
+  for (unsigned i = 0; i < ndeferred; i++) free(deferred[i]->v), free(deferred[i]);
   free(deferred);
   deferred = NULL, ndeferred = capdeferred = 0;
   return st;
 }
 
+/* A call over a send and a recv block (a read and a write). */
+static devrt_status two_blocks(cop o, devrt_block send, devrt_block recv) {
+  o.u[0] = (devrt_block_use){send, DEVRT_ACCESS_READ};
+  o.u[1] = (devrt_block_use){recv, DEVRT_ACCESS_WRITE};
+  o.nu = 2;
+  return collective(&o, cname[o.kind]);
+}
+
 devrt_status devrt_all_reduce(devrt_comm* c, devrt_stream stream, devrt_block send,
                               devrt_block recv, size_t count, devrt_dtype dt, devrt_redop op) {
-  cop o = {.c = c,
-           .kind = C_ALL_REDUCE,
-           .stream = stream,
-           .count = count,
-           .dt = dt,
-           .op = op,
-           .u = {{send, DEVRT_ACCESS_READ}, {recv, DEVRT_ACCESS_WRITE}}};
-  return collective(&o, "devrt_all_reduce");
+  return two_blocks(
+      (cop){.c = c, .kind = C_ALL_REDUCE, .stream = stream, .count = count, .dt = dt, .op = op},
+      send, recv);
 }
 
 devrt_status devrt_broadcast(devrt_comm* c, devrt_stream stream, devrt_block send, devrt_block recv,
                              size_t count, devrt_dtype dt, int root) {
-  cop o = {.c = c,
-           .kind = C_BROADCAST,
-           .stream = stream,
-           .count = count,
-           .dt = dt,
-           .root = root,
-           .u = {{send, DEVRT_ACCESS_READ}, {recv, DEVRT_ACCESS_WRITE}}};
-  return collective(&o, "devrt_broadcast");
+  return two_blocks(
+      (cop){.c = c, .kind = C_BROADCAST, .stream = stream, .count = count, .dt = dt, .root = root},
+      send, recv);
 }
 
 devrt_status devrt_all_gather(devrt_comm* c, devrt_stream stream, devrt_block send,
                               devrt_block recv, size_t count, devrt_dtype dt) {
-  cop o = {.c = c,
-           .kind = C_ALL_GATHER,
-           .stream = stream,
-           .count = count,
-           .dt = dt,
-           .u = {{send, DEVRT_ACCESS_READ}, {recv, DEVRT_ACCESS_WRITE}}};
-  return collective(&o, "devrt_all_gather");
+  return two_blocks((cop){.c = c, .kind = C_ALL_GATHER, .stream = stream, .count = count, .dt = dt},
+                    send, recv);
 }
 
 devrt_status devrt_reduce_scatter(devrt_comm* c, devrt_stream stream, devrt_block send,
                                   devrt_block recv, size_t count, devrt_dtype dt, devrt_redop op) {
-  cop o = {.c = c,
-           .kind = C_REDUCE_SCATTER,
-           .stream = stream,
-           .count = count,
-           .dt = dt,
-           .op = op,
-           .u = {{send, DEVRT_ACCESS_READ}, {recv, DEVRT_ACCESS_WRITE}}};
-  return collective(&o, "devrt_reduce_scatter");
+  return two_blocks(
+      (cop){.c = c, .kind = C_REDUCE_SCATTER, .stream = stream, .count = count, .dt = dt, .op = op},
+      send, recv);
+}
+
+devrt_status devrt_all_to_all(devrt_comm* c, devrt_stream stream, devrt_block send,
+                              devrt_block recv, size_t count, devrt_dtype dt) {
+  return two_blocks((cop){.c = c, .kind = C_ALL_TO_ALL, .stream = stream, .count = count, .dt = dt},
+                    send, recv);
+}
+
+devrt_status devrt_all_to_allv(devrt_comm* c, devrt_stream stream, devrt_block send,
+                               const size_t* send_counts, const size_t* send_offsets,
+                               devrt_block recv, const size_t* recv_counts,
+                               const size_t* recv_offsets, devrt_dtype dt) {
+  dv_error_clear();
+  DV_ARG_CHECK(comm_ok(c), "devrt_all_to_allv", "communicator %p is NULL or destroyed", (void*)c);
+  DV_ARG_CHECK(send_counts && send_offsets && recv_counts && recv_offsets, "devrt_all_to_allv",
+               "a count or offset array is NULL");
+  size_t n = (size_t)c->nranks, *v = malloc(4 * n * sizeof *v);
+  if (!v) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_all_to_allv: out of host memory");
+  const size_t* from[4] = {send_counts, send_offsets, recv_counts, recv_offsets};
+  for (size_t i = 0; i < 4; i++) memcpy(v + i * n, from[i], n * sizeof *v);
+  return two_blocks(
+      (cop){.c = c, .kind = C_ALL_TO_ALLV, .stream = stream, .count = 0, .dt = dt, .v = v}, send,
+      recv);
+}
+
+/* A send or a receive: one block. */
+static devrt_status message(cop o, devrt_block b) {
+  o.u[0] = (devrt_block_use){b, o.kind == C_SEND ? DEVRT_ACCESS_READ : DEVRT_ACCESS_WRITE};
+  o.nu = 1;
+  return collective(&o, cname[o.kind]);
+}
+
+devrt_status devrt_send(devrt_comm* c, devrt_stream stream, devrt_block send, size_t count,
+                        devrt_dtype dt, int peer) {
+  return message(
+      (cop){.c = c, .kind = C_SEND, .stream = stream, .count = count, .dt = dt, .root = peer},
+      send);
+}
+
+devrt_status devrt_recv(devrt_comm* c, devrt_stream stream, devrt_block recv, size_t count,
+                        devrt_dtype dt, int peer) {
+  return message(
+      (cop){.c = c, .kind = C_RECV, .stream = stream, .count = count, .dt = dt, .root = peer},
+      recv);
 }

@@ -55,6 +55,8 @@ static bool try_load(const char* path) {
   SYM(Broadcast, "ncclBroadcast")
   SYM(AllGather, "ncclAllGather")
   SYM(ReduceScatter, "ncclReduceScatter")
+  SYM(Send, "ncclSend")
+  SYM(Recv, "ncclRecv")
   SYM(GroupStart, "ncclGroupStart")
   SYM(GroupEnd, "ncclGroupEnd")
 #undef SYM

@@ -30,6 +30,10 @@ typedef struct dv_nccl {
                               dv_nccl_comm_t comm, void* stream);
   dv_nccl_result (*ReduceScatter)(const void* send, void* recv, size_t count, int dtype, int op,
                                   dv_nccl_comm_t comm, void* stream);
+  dv_nccl_result (*Send)(const void* send, size_t count, int dtype, int peer, dv_nccl_comm_t comm,
+                         void* stream);
+  dv_nccl_result (*Recv)(void* recv, size_t count, int dtype, int peer, dv_nccl_comm_t comm,
+                         void* stream);
   dv_nccl_result (*GroupStart)(void);
   dv_nccl_result (*GroupEnd)(void);
   int version;

@@ -193,6 +193,7 @@ static void collectives(void) {
   m_all_reduce_read(D, c, NDEV, N, SLOW);
 
   m_collectives_data(D, c, NDEV, N);
+  m_exchange_data(D, c, NDEV, N, SLOW);
   devrt_block in[NDEV], out[NDEV];
   for (int r = 0; r < NDEV; r++) {
     in[r] = m_alloc(&D[r], N * 4 * NDEV, "in");
@@ -221,6 +222,30 @@ static void collectives(void) {
                DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_all_reduce(c[0], D[0].s[0], 0, out[0], N, DEVRT_INT32, DEVRT_SUM),
                DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_all_to_all(c[0], D[0].s[0], in[0], out[0], N + 1, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT); /* nranks parts of N + 1 do not fit */
+  CHECK_STATUS(devrt_all_to_all(c[0], D[0].s[0], in[0], in[0], N, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT); /* one block */
+  CHECK_STATUS(devrt_all_to_all(c[0], D[0].s[0], in[0], out[0], SIZE_MAX / 2, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  size_t cnt[NDEV] = {1, 1, 1, 1}, off[NDEV] = {0, 1, 2, 3}, far[NDEV] = {0, 1, 2, N * NDEV};
+  size_t huge[NDEV] = {1, 1, 1, SIZE_MAX - 1};
+  CHECK_STATUS(devrt_all_to_allv(c[0], D[0].s[0], in[0], NULL, off, out[0], cnt, off, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_all_to_allv(c[0], D[0].s[0], in[0], cnt, far, out[0], cnt, off, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT); /* a send part past the block's end */
+  CHECK_STATUS(devrt_all_to_allv(c[0], D[0].s[0], in[0], cnt, off, out[0], cnt, huge, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT); /* an offset that overflows */
+  CHECK_STATUS(devrt_all_to_allv(NULL, D[0].s[0], in[0], cnt, off, out[0], cnt, off, DEVRT_INT32),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_send(c[0], D[0].s[0], in[0], N, DEVRT_INT32, NDEV),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_recv(c[0], D[0].s[0], in[0], N, DEVRT_INT32, -1), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_send(c[0], D[0].s[0], in[0], 0, DEVRT_INT32, 1), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_recv(c[0], D[0].s[0], in[0], N * NDEV + 1, DEVRT_INT32, 1),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_send(c[0], D[0].s[0], 0, N, DEVRT_INT32, 1), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "devrt_send") != NULL);
   CHECK_STATUS(devrt_group_end(), DEVRT_ERR_INVALID_STATE);
   CHECK_STATUS(devrt_comms_create(0, rts, c), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(devrt_comms_create(1, NULL, c), DEVRT_ERR_INVALID_ARGUMENT);
