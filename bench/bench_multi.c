@@ -2,8 +2,9 @@
  * host backend) against the raw calls their work stands for: a semaphore chain hopping between
  * the devices vs an event ping-pong across them, a tracked peer copy vs cuMemcpyPeerAsync, and a
  * tracked all-reduce (grouped over the devices) vs the same NCCL calls raw at 1 KiB and 1 MiB
- * (issued back to back, and each waited for: its latency) and 256 MiB. One device: the cross-device
- * rows are left out and the all-reduce runs on one rank. */
+ * (issued back to back, and each waited for: its latency) and 256 MiB, and a tracked all-to-all
+ * (a shuffle of 64 MiB a device) vs NCCL's sends and receives raw over the same buffers. One
+ * device: the cross-device rows are left out and the collectives run on one rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +32,8 @@ typedef struct dev {
   dv_nccl_comm_t raw;
   devrt_block ar;
   void* arp;
+  devrt_block a2a[2]; /* the all-to-all's send and recv */
+  char* a2ap[2];
 } dev;
 
 typedef struct mctx {
@@ -172,6 +175,40 @@ static int r_reduce_wait(void* p, int n) {
   return 0;
 }
 
+/* ---- the all-to-all: one call per device in a group, count floats a part ---- */
+static int d_shuffle(void* p, int n) {
+  mctx* c = p;
+  for (int i = 0; i < n; i++) {
+    TRY("devrt_group_start", devrt_group_start());
+    for (int k = 0; k < c->ndev; k++)
+      TRY("devrt_all_to_all", devrt_all_to_all(c->d[k].comm, c->d[k].st, c->d[k].a2a[0],
+                                               c->d[k].a2a[1], c->count, DEVRT_FLOAT32));
+    TRY("devrt_group_end", devrt_group_end());
+  }
+  return sync_all(c);
+}
+
+static int r_shuffle(void* p, int n) {
+  mctx* c = p;
+  const dv_nccl* l = c->lib;
+  size_t part = c->count * 4;
+  for (int i = 0; i < n; i++) {
+    NCCL_TRY(l, "ncclGroupStart", NULL, l->GroupStart());
+    for (int k = 0; k < c->ndev; k++) {
+      dev* d = &c->d[k];
+      void* s = d->rt->be->stream_native(d->ds);
+      for (int j = 0; j < c->ndev; j++) {
+        NCCL_TRY(l, "ncclSend", d->raw,
+                 l->Send(d->a2ap[0] + part * j, c->count, DEVRT_FLOAT32, j, d->raw, s));
+        NCCL_TRY(l, "ncclRecv", d->raw,
+                 l->Recv(d->a2ap[1] + part * j, c->count, DEVRT_FLOAT32, j, d->raw, s));
+      }
+    }
+    NCCL_TRY(l, "ncclGroupEnd", NULL, l->GroupEnd());
+  }
+  return r_sync(c);
+}
+
 /* ---- setup ---- */
 static int open_dev(mctx* c, int i, int ordinal) {
   dev* d = &c->d[i];
@@ -199,6 +236,8 @@ static void close_dev(dev* d) {
   if (!d->rt) return;
   if (d->st) devrt_stream_synchronize(d->rt, d->st);
   if (d->ar) devrt_block_free(d->rt, d->ar);
+  for (int i = 0; i < 2; i++)
+    if (d->a2a[i]) devrt_block_free(d->rt, d->a2a[i]);
   if (d->comm) devrt_comm_destroy(d->comm);
   if (d->ev) d->rt->be->event_destroy(d->rt->dev, d->ev);
   if (d->rmod) d->rt->be->module_unload(d->rt->dev, d->rmod);
@@ -223,6 +262,19 @@ static int reduce_setup(mctx* c, size_t count) {
   return sync_all(c);
 }
 
+/* The all-to-all's buffers: `bytes` a device, in nranks parts. */
+static int shuffle_setup(mctx* c, size_t bytes) {
+  c->count = bytes / 4 / (size_t)c->ndev;
+  for (int k = 0; k < c->ndev; k++)
+    for (int i = 0; i < 2; i++) {
+      dev* d = &c->d[k];
+      TRY("block_alloc", devrt_block_alloc(d->rt, bytes, d->st, "all-to-all", &d->a2a[i]));
+      TRY("block_ptr", devrt_block_ptr(d->rt, d->a2a[i], (void**)&d->a2ap[i]));
+      TRY("memset", devrt_memset_async(d->rt, d->a2ap[i], 0, bytes, d->st));
+    }
+  return sync_all(c);
+}
+
 int bench_multi(const cli_opts* o) {
   mctx c;
   memset(&c, 0, sizeof c);
@@ -242,7 +294,7 @@ int bench_multi(const cli_opts* o) {
   int rounds = o->rounds > 0 ? o->rounds : 21;
   bench_suite b;
   double copy_gbs[2] = {0, 0}, red_ratio[3] = {0, 0, 0}, lat_ratio[2] = {0, 0}, hop_ratio = 0,
-         copy_ratio = 0;
+         copy_ratio = 0, a2a_ratio = 0;
   static const size_t red_bytes[3] = {1024, 1 << 20, 256u << 20};
   static const char* const red_name[3] = {"all_reduce_1KiB", "all_reduce_1MiB",
                                           "all_reduce_256MiB"};
@@ -289,13 +341,18 @@ int bench_multi(const cli_opts* o) {
         rc = bench_pair(&b, lat_name[i], &c, d_reduce_wait, r_reduce_wait, sync_all, 50, rounds);
         lat_ratio[i] = b.devrt.median / b.raw.median;
       }
+      if (!skipped && !rc) {
+        rc = shuffle_setup(&c, 64u << 20) ||
+             bench_pair(&b, "all_to_all_64MiB", &c, d_shuffle, r_shuffle, sync_all, 8, rounds);
+        a2a_ratio = b.devrt.median / b.raw.median;
+      }
       for (int k = 0; !skipped && k < c.ndev; k++) c.lib->CommDestroy(raw[k]);
     }
     char fields[768] = "";
     bench_cat(fields, sizeof fields,
               "\"devices\":%d,\"goals\":{\"sem_hop_ratio_max\":1.20,\"peer_copy_bandwidth_"
               "ratio_min\":0.97,\"all_reduce_small_ratio_max\":1.10,\"all_reduce_large_"
-              "bandwidth_ratio_min\":0.98}",
+              "bandwidth_ratio_min\":0.98,\"all_to_all_bandwidth_ratio_min\":0.95}",
               c.ndev);
     if (c.ndev == 2)
       bench_cat(fields, sizeof fields,
@@ -323,6 +380,9 @@ int bench_multi(const cli_opts* o) {
             "%.3fx bandwidth)\n",
             lat_ratio[0], lat_ratio[1], red_ratio[0], red_ratio[1], red_ratio[2],
             red_ratio[2] > 0 ? 1 / red_ratio[2] : 0);
+      if (!skipped)
+        printf("goal: all-to-all >= 0.95x raw bandwidth at 64 MiB a device (%.3fx)\n",
+               a2a_ratio > 0 ? 1 / a2a_ratio : 0);
     }
   }
   if (c.x) devrt_block_free(c.d[0].rt, c.x);

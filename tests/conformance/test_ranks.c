@@ -128,7 +128,7 @@ int main(void) {
   setenv("LOCAL_WORLD_SIZE", "3", 1);
   pid_t pid[NR];
   for (int r = 0; r < NR; r++) { /* before any runtime or thread of this process */
-    char v[8];
+    char v[16];
     snprintf(v, sizeof v, "%d", r);
     setenv("RANK", v, 1);
     setenv("LOCAL_RANK", v, 1);
