@@ -36,6 +36,9 @@ static int usage(FILE* f, bool bench) {
         f,
         "  --devices N|all devices to spread the tenants over (default 1), from --ordinal;\n"
         "                  with several, a distributed Q1 combines them by all-reduce\n"
+        "  --ranks         one rank of a job torchrun, mpirun or srun started (one device\n"
+        "                  each: --ordinal + the local rank; DEVRT_RENDEZVOUS, docs/demo.md);\n"
+        "                  a distributed Q1 over every rank, the report from rank 0\n"
         "  --plain         partitions of plain streams instead of green contexts\n"
         "  --quiet         no progress output or table: the verdict line alone\n"
         "  --trace FILE    Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
@@ -116,6 +119,8 @@ static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) 
       o->plain = true;
     } else if (!bench && !strcmp(a, "--quiet")) {
       o->quiet = true;
+    } else if (!bench && !strcmp(a, "--ranks")) {
+      o->ranks = true;
     } else if (k < n || !strcmp(a, "--scale") || !strcmp(a, "--seconds") ||
                (!bench &&
                 (!strcmp(a, "--devices") || !strcmp(a, "--trace") || !strcmp(a, "--report")))) {
@@ -145,6 +150,10 @@ static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) 
       return 2;
     }
   }
+  if (o->ranks && o->devices != 0 && o->devices != 1) {
+    fprintf(stderr, "%s: --ranks runs one device per rank; --devices cannot be added\n", cmd);
+    return 2;
+  }
   if (o->trace_path && check_output("--trace", o->trace_path, false)) return 2;
   if (o->report_dir && check_output("--report", o->report_dir, true)) return 2;
   return 0;
@@ -158,7 +167,9 @@ int cli_demo(int argc, char** argv) {
   eg_figures* f = malloc(sizeof *f);
   if (!f) return 1;
   rc = eg_run(&o, f);
-  if (o.json)
+  if (f->rank > 0) /* --ranks: rank 0 reports every rank's figures; the others their failure */
+    fprintf(stderr, f->ok ? "" : "devrt demo: rank %d: FAILED: %s\n", f->rank, f->error);
+  else if (o.json)
     eg_print_json(f, stdout);
   else if (!f->started) /* nothing ran: no table of zeros, the reason alone */
     fprintf(stderr, "devrt demo: cannot run: %s\n", f->error);

@@ -1,5 +1,6 @@
-/* distributed.c: the demo's query over several devices (`devrt demo --devices N|all`): a Q1 whose
- * lineitem chunks are split between the devices, each device summing its share into one 24-word
+/* distributed.c: the demo's query over several devices (`devrt demo --devices N|all`, or one
+ * device per process with `--ranks`, the processes a launcher started): a Q1 whose lineitem
+ * chunks are split between the devices, each device summing its share into one 24-word
  * partial aggregate in a devrt block, the partials combined by devrt's all-reduce (collective.h:
  * NCCL on cuda, host collectives on the host backend), and every device's copy of the result
  * checked against the CPU reference. Owns the devices' peer links and communicators, and the
@@ -30,6 +31,11 @@ uint64_t eg_dist_bytes(const eg_engine* e) {
 /* Without NCCL on the cuda backend, fails naming DEVRT_NCCL_LIBRARY (devrt's message names the
  * paths tried); else links every pair of devices (peer access) and makes one communicator each. */
 int eg_dist_setup(eg_engine* e) {
+  if (e->o.ranks) { /* one device, one rank of the job: the id from rank 0 (DEVRT_RENDEZVOUS) */
+    CALL(e, "devrt_comm_create_from_env",
+         devrt_comm_create_from_env(e->devs[0].rt, &e->devs[0].comm));
+    return 0;
+  }
   devrt_runtime* rts[EG_MAX_DEVICES];
   devrt_comm* comms[EG_MAX_DEVICES];
   for (int i = 0; i < e->nd; i++) rts[i] = e->devs[i].rt;
@@ -66,8 +72,8 @@ static int launch(eg_engine* e, eg_device* d, devrt_stream s, eg_stage st, void*
  * scanned into its partial (scan stream). Tracking orders each scan after its generate, and each
  * generate after the scan that last read its buffer. */
 static int scan_share(eg_engine* e, eg_device* d, dist_dev* x, const eg_variant* v) {
-  unsigned k0 = v->nchunks * (unsigned)d->index / (unsigned)e->nd,
-           k1 = v->nchunks * (unsigned)(d->index + 1) / (unsigned)e->nd;
+  unsigned i = (unsigned)(e->rank * e->nd + d->index), n = (unsigned)(e->nranks * e->nd);
+  unsigned k0 = v->nchunks * i / n, k1 = v->nchunks * (i + 1) / n; /* the job's device i of n */
   uint64_t cap = v->chunk_rows, words = EG_AGG_WORDS, *none = NULL;
   CALL(e, "devrt_block_alloc (partial)",
        devrt_block_alloc(d->rt, words * 8, x->s[SCAN], TAG, &x->partial));
@@ -159,5 +165,43 @@ int eg_dist_run(eg_engine* e) {
     for (int s = 0; s < NSTREAMS; s++)
       if (dd[i].s[s]) devrt_stream_release(d->rt, dd[i].s[s]);
   }
+  return rc;
+}
+
+/* --ranks: every rank's figures (its tenants' checks and its share of the distributed queries)
+ * all-gathered into rank 0's report. Each rank calls it once, after its queries. */
+int eg_dist_gather(eg_engine* e) {
+  eg_device* d = &e->devs[0];
+  eg_figures* f = e->f;
+  eg_rank_figures mine = {!atomic_load(&e->failed),
+                          0,
+                          atomic_load(&e->checked_queries),
+                          atomic_load(&e->checked_chunks),
+                          atomic_load(&e->mismatches),
+                          f->dist.queries,
+                          f->dist.checked,
+                          f->dist.rows,
+                          (uint64_t)(f->dist.seconds * 1e9)};
+  for (int i = 0; i < e->nt; i++) mine.tenant_queries += atomic_load(&e->t[i].queries_done);
+  size_t words = sizeof mine / 8, n = (size_t)e->nranks;
+  devrt_stream s;
+  devrt_block b[2] = {0, 0};
+  int rc = 1;
+  CALL(e, "devrt_stream_acquire", devrt_stream_acquire(d->rt, DEVRT_ACQUIRE_WAIT, &s));
+  if (devrt_block_alloc(d->rt, sizeof mine, s, TAG, &b[0]) == DEVRT_OK &&
+      devrt_block_alloc(d->rt, sizeof mine * n, s, TAG, &b[1]) == DEVRT_OK &&
+      devrt_memcpy_async(d->rt, eg_block_ptr(e, d, b[0]), &mine, sizeof mine, s) == DEVRT_OK &&
+      devrt_stream_synchronize(d->rt, s) == DEVRT_OK &&
+      devrt_all_gather(d->comm, s, b[0], b[1], words, DEVRT_UINT64) == DEVRT_OK)
+    rc = eg_copy_to_host(e, d, s, b[1], f->ranks, sizeof mine * n);
+  else
+    eg_fail(e, "--ranks: gathering every rank's figures: %s", devrt_last_error());
+  if (devrt_stream_synchronize(d->rt, s) != DEVRT_OK && !rc)
+    rc = eg_fail(e, "--ranks: devrt_stream_synchronize: %s", devrt_last_error());
+  for (int k = 0; k < 2; k++)
+    if (b[k]) devrt_block_free(d->rt, b[k]);
+  devrt_stream_release(d->rt, s);
+  for (int r = 0; !rc && e->rank == 0 && r < e->nranks; r++) /* rank 0's verdict is the job's */
+    if (!f->ranks[r].ok) rc = eg_fail(e, "rank %d failed (its own output says why)", r);
   return rc;
 }

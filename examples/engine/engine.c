@@ -168,6 +168,9 @@ static uint64_t ht_slots(const eg_variant* v) {
   return s < 1024 ? 1024 : s;
 }
 
+/* Whether a distributed query runs: several devices, or one rank of several processes. */
+static bool dist(const eg_engine* e) { return e->nd > 1 || e->o.ranks; }
+
 /* Each tenant's sub-budget: its chunks in flight, its hash table, the query slots waiting for its
  * checker, its stamps. A device's budget is smaller than the sum of its tenants', never below what
  * lets each of them hold one chunk and its query state at once; with several devices, it has room
@@ -189,7 +192,7 @@ static void budgets(eg_engine* e, eg_device* d) {
     floor += chunk + state;
   }
   uint64_t tight = d->sum_sub / 10 * 7, least = floor / 10 * 11;
-  d->global_budget = (tight > least ? tight : least) + (e->nd > 1 ? eg_dist_bytes(e) : 0);
+  d->global_budget = (tight > least ? tight : least) + (dist(e) ? eg_dist_bytes(e) : 0);
   /* What the batch tenants leave free on the interactive tenant's device: its sub-budget. */
   if (d->index == 0) d->reserve = e->t[0].sub_budget;
 }
@@ -907,7 +910,10 @@ static int phases(eg_engine* e) {
   if (inter_ok) pthread_join(inter, NULL);
   if (!e->o.quiet) eg_progress(e, true);
   /* Several devices: the distributed Q1, once the tenants are done. */
-  if (e->nd > 1 && !atomic_load(&e->failed) && eg_dist_run(e)) return 1;
+  /* With --ranks every rank runs the same collectives, after a failed check too (a rank that
+   * skipped them would leave the others waiting). */
+  if (dist(e) && (e->o.ranks || !atomic_load(&e->failed)) && eg_dist_run(e)) return 1;
+  if (e->o.ranks && eg_dist_gather(e)) return 1;
   return atomic_load(&e->failed) ? 1 : 0;
 }
 
@@ -1050,6 +1056,8 @@ static int open_device(eg_engine* e, int i, int ordinal) {
   devrt_config cfg;
   CALL(e, "devrt_config_init", devrt_config_init(&cfg));
   cfg.ordinal = ordinal;
+  if (e->o.ranks && cfg.host_devices < (unsigned)ordinal + 1) /* host: a process's own devices */
+    cfg.host_devices = (unsigned)ordinal + 1;
   unsigned need = (unsigned)e->nt * EG_STREAMS;
   if (cfg.partition_streams < need) cfg.partition_streams = need;
   d->index = i, d->ordinal = ordinal;
@@ -1062,7 +1070,17 @@ static int open_device(eg_engine* e, int i, int ordinal) {
  * for `all`), and the tenants spread over them: tenant i on device i % devices. */
 static int open_devices(eg_engine* e) {
   devrt_runtime_info ri;
-  if (open_device(e, 0, e->o.ordinal)) return 1;
+  if (e->o.ranks) { /* one device per rank: --ordinal + the local rank */
+    devrt_job job;
+    CALL(e, "devrt_job_get", devrt_job_get(&job));
+    if (job.nranks > EG_MAX_RANKS)
+      return eg_fail(e, "--ranks: %d ranks (%s), at most %d", job.nranks, job.launcher,
+                     EG_MAX_RANKS);
+    e->rank = job.rank, e->nranks = job.nranks, e->local_rank = job.local_rank;
+    if (e->rank > 0) /* progress, table, trace and report come from rank 0 */
+      e->o.quiet = true, e->o.progress = false, e->o.trace_path = e->o.report_dir = NULL;
+  }
+  if (open_device(e, 0, e->o.ordinal + e->local_rank)) return 1;
   e->nd = 1;
   CALL(e, "devrt_runtime_info_get", devrt_runtime_info_get(e->devs[0].rt, &ri));
   e->cuda = ri.backend == DEVRT_BACKEND_CUDA;
@@ -1117,7 +1135,7 @@ static int load_kernels(eg_engine* e, eg_device* d) {
 static int setup(eg_engine* e) {
   if (open_devices(e)) return 1;
   /* Several devices: their links and communicators first (it fails here without NCCL). */
-  if (e->nd > 1 && eg_dist_setup(e)) return 1;
+  if (dist(e) && eg_dist_setup(e)) return 1;
   bool same = true;
   for (int i = 1; i < e->nd; i++) same = same && !strcmp(e->devs[i].di.name, e->devs[0].di.name);
   int at = snprintf(e->f->device, sizeof e->f->device, e->nd > 1 && same ? "%d x " : "", e->nd);
@@ -1213,6 +1231,7 @@ int eg_run(const eg_options* o, eg_figures* f) {
     return 1;
   }
   e->o = *o, e->f = f, e->t0 = eg_now_ns();
+  e->nranks = 1;
   eg_options_default(&e->o);
   e->nt = e->o.tenants;
   pthread_mutex_init(&e->err_mu, NULL);
@@ -1230,6 +1249,7 @@ int eg_run(const eg_options* o, eg_figures* f) {
       if (!read_stamps(e)) calibrate(e);
     }
     if (e->devs[0].stats) figures(e); /* a failed run still reports what it did */
+    f->rank = e->rank, f->nranks = e->nranks;
   }
   teardown(e);
   if (!atomic_load(&e->failed)) check_runtime(e);
@@ -1238,8 +1258,8 @@ int eg_run(const eg_options* o, eg_figures* f) {
     f->ok = !atomic_load(&e->failed);
     snprintf(f->error, sizeof f->error, "%s", e->error);
     if (pass || !e->devs[0].stats) break;
-    if (o->trace_path) eg_write_trace(e, o->trace_path);
-    if (o->report_dir) eg_write_report(e, f, o->report_dir);
+    if (e->o.trace_path) eg_write_trace(e, e->o.trace_path);
+    if (e->o.report_dir) eg_write_report(e, f, e->o.report_dir);
   }
   release(e);
   return f->ok ? 0 : 1;

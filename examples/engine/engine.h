@@ -19,6 +19,7 @@
 #define EG_RING 8    /* queries a batch tenant may have waiting for its checker */
 #define EG_MAX_DEVICES 8
 #define EG_ALL_DEVICES (-1) /* --devices all */
+#define EG_MAX_RANKS 64     /* --ranks: the ranks rank 0's report shows */
 
 typedef struct eg_options {
   int ordinal;         /* the first device's ordinal */
@@ -36,6 +37,7 @@ typedef struct eg_options {
   const char* report_dir;
   int stamps;   /* launches a stamped stream stamps before it thins them (0: GPU 2^18, host 2^13) */
   bool measure; /* bench: also time a Q1 scan of resident chunks against a device copy */
+  bool ranks;   /* --ranks: this process is one rank of a job a launcher started (one device) */
 } eg_options;
 
 /* Defaults filled for the backend (cuda: a GPU's sizes; host: `make run` in seconds). */
@@ -70,6 +72,12 @@ typedef struct eg_dist_figures {
   double seconds, rows_per_s;
 } eg_dist_figures;
 
+/* --ranks: one rank's figures, all-gathered to rank 0 (u64 words, so one collective moves them). */
+typedef struct eg_rank_figures {
+  uint64_t ok, tenant_queries, checked_queries, checked_chunks, mismatches;
+  uint64_t dist_queries, dist_checked, dist_rows, dist_ns;
+} eg_rank_figures;
+
 typedef struct eg_figures {
   char backend[16], device[256], mode[24], layout[160]; /* device and layout: the first device's */
   double scale;
@@ -79,8 +87,10 @@ typedef struct eg_figures {
   eg_tenant_figures t[EG_MAX_TENANTS];
   eg_device_figures d[EG_MAX_DEVICES];
   eg_dist_figures dist;
-  devrt_block_stats blocks; /* summed over the devices' runtimes */
-  devrt_queue_stats queue;  /* the same (the counters the engine shows) */
+  int rank, nranks;                    /* --ranks: this process's rank of the job, else 0 of 1 */
+  eg_rank_figures ranks[EG_MAX_RANKS]; /* --ranks, on rank 0: every rank's (nranks of them) */
+  devrt_block_stats blocks;            /* summed over the devices' runtimes */
+  devrt_queue_stats queue;             /* the same (the counters the engine shows) */
   uint64_t checked_queries, checked_chunks, mismatches;
   double wall_s, alone_s, load_s;
   double busy;               /* the batch phase: union of kernel spans / its span, device stamps */
@@ -238,7 +248,9 @@ typedef struct eg_tenant {
 typedef struct eg_engine {
   eg_options o;
   eg_device devs[EG_MAX_DEVICES];
-  int nd; /* devices: 1 unless --devices */
+  int nd;           /* devices of this process: 1 unless --devices */
+  int rank, nranks; /* --ranks: this process's rank of the job (else 0 of 1) */
+  int local_rank;   /* --ranks: its rank on this node (its device: --ordinal + local_rank) */
   bool cuda;
   eg_tenant t[EG_MAX_TENANTS];
   int nt;
@@ -300,11 +312,14 @@ int eg_copy_to_host(eg_engine* e, eg_device* d, devrt_stream s, devrt_block b, v
 /* The charge of an allocation of n bytes under devrt's caching layer (its size class). */
 uint64_t eg_charge(uint64_t n);
 
-/* distributed.c: the distributed Q1 over every device (several devices): the communicators
- * (eg_dist_setup, which fails naming DEVRT_NCCL_LIBRARY where cuda has no NCCL), the queries
- * (eg_dist_run), and the bytes a device needs for them (eg_dist_bytes). 0, or 1 after eg_fail. */
+/* distributed.c: the distributed Q1 over every device (several devices, or one per rank with
+ * --ranks): the communicators (eg_dist_setup, which fails naming DEVRT_NCCL_LIBRARY where cuda
+ * has no NCCL), the queries (eg_dist_run), every rank's figures gathered to rank 0
+ * (eg_dist_gather), and the bytes a device needs for them (eg_dist_bytes). 0, or 1 after eg_fail.
+ */
 int eg_dist_setup(eg_engine* e);
 int eg_dist_run(eg_engine* e);
+int eg_dist_gather(eg_engine* e);
 uint64_t eg_dist_bytes(const eg_engine* e);
 /* Compares a device's copy of a distributed query's result with the reference total. */
 int eg_check_total(eg_engine* e, const eg_variant* v, uint32_t query, int device,

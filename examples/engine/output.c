@@ -117,6 +117,22 @@ void eg_print_table(const eg_figures* f, FILE* out) {
           "\nchecks: %" PRIu64 " queries, %" PRIu64
           " chunks compared with the CPU reference, %" PRIu64 " mismatches\n",
           f->checked_queries, f->checked_chunks, f->mismatches);
+  for (int r = 0; f->nranks > 1 && r < f->nranks; r++) { /* --ranks: rank 0 shows every rank's */
+    const eg_rank_figures* x = &f->ranks[r];
+    fprintf(out,
+            "rank %d: %s, %" PRIu64 " tenant queries, %" PRIu64 " queries and %" PRIu64
+            " chunks checked, %" PRIu64 " mismatches; distributed share %" PRIu64 " rows, %" PRIu64
+            " results checked\n",
+            r, x->ok ? "OK" : "FAILED", x->tenant_queries, x->checked_queries, x->checked_chunks,
+            x->mismatches, x->dist_rows, x->dist_checked);
+  }
+  if (f->nranks > 1)
+    fprintf(out,
+            "distributed Q1 over %d ranks: %" PRIu64
+            " queries, %s rows/s on this rank; partials "
+            "combined by all-reduce between the processes, every rank's result compared with "
+            "the CPU reference\n",
+            f->nranks, f->dist.queries, eg_rate(d, f->dist.rows_per_s));
   if (multi)
     fprintf(out,
             "distributed Q1 over %d devices: %" PRIu64 " queries, %" PRIu64
@@ -211,6 +227,19 @@ void eg_print_json(const eg_figures* f, FILE* out) {
   fprintf(out,
           "\"checks\":{\"queries\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
           f->checked_queries, f->checked_chunks, f->mismatches);
+  fprintf(out, "\"rank\":%d,\"nranks\":%d,\"ranks\":[", f->rank, f->nranks);
+  for (int r = 0; f->nranks > 1 && r < f->nranks; r++) {
+    const eg_rank_figures* x = &f->ranks[r];
+    fprintf(out,
+            "%s{\"rank\":%d,\"ok\":%s,\"tenant_queries\":%" PRIu64 ",\"checked_queries\":%" PRIu64
+            ",\"checked_chunks\":%" PRIu64 ",\"mismatches\":%" PRIu64
+            ",\"distributed\":{\"queries\":%" PRIu64 ",\"rows\":%" PRIu64
+            ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s}}",
+            r ? "," : "", r, x->ok ? "true" : "false", x->tenant_queries, x->checked_queries,
+            x->checked_chunks, x->mismatches, x->dist_queries, x->dist_rows, x->dist_checked,
+            json_num(a, "%.6f", (double)x->dist_ns / 1e9));
+  }
+  fprintf(out, "],");
   fprintf(out,
           "\"use_tracking\":{\"waits_inserted\":%" PRIu64 ",\"waits_skipped_same_stream\":%" PRIu64
           ",\"waits_skipped_complete\":%" PRIu64 ",\"waits_coalesced\":%" PRIu64

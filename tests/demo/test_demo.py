@@ -3,7 +3,8 @@ reference, the figures (--json) consistent with the run asked for, memory within
 dependency through the host; the trace well formed (a process per tenant, a track per stream,
 launches with device times, waits, memory events); a corrupted chunk fails the run naming its query,
 tenant and chunk; partitions of plain streams; `--devices all` over two host devices (tenants
-spread, the distributed Q1's all-reduced result checked on each device); `devrt bench demo
+spread, the distributed Q1's all-reduced result checked on each device); `--ranks` in three
+processes as torchrun starts them (every rank's figures in rank 0's report); `devrt bench demo
 --json`; bad options refused in one line; a demo that cannot run says why and nothing else;
 output paths checked (their folders made) before the run; --quiet keeps the verdict.
 
@@ -164,6 +165,55 @@ class Demo(unittest.TestCase):
         self.assertEqual(dist["rows"], 4 * doc["lineitem_rows"])
         self.assertEqual(doc["checks"]["mismatches"], 0)
         self.assertEqual(doc["queue"]["host_hops"], 0)
+
+    def run_ranks(self, n, extra=()):
+        """`devrt demo --ranks` as torchrun starts it: n processes with RANK, WORLD_SIZE,
+        LOCAL_RANK and DEVRT_RENDEZVOUS=file:PATH; (exit codes, stdouts, stderrs)."""
+        tmp = tempfile.mkdtemp()
+        procs = []
+        for r in range(n):
+            e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                     LOCAL_WORLD_SIZE=str(n), DEVRT_RENDEZVOUS="file:" + os.path.join(tmp, "id"),
+                     DEVRT_BACKEND="cuda" if GPU else "host")
+            procs.append(subprocess.Popen([DEVRT, "demo", *size_args(), "--ranks", *extra],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=e))
+        outs = [p.communicate(timeout=600) for p in procs]
+        self.assertEqual(os.listdir(tmp), [])  # rank 0 removed the id once every rank joined
+        return [p.returncode for p in procs], [o for o, _ in outs], [e for _, e in outs]
+
+    def test_ranks(self):
+        """Three ranks in three processes (host: each its own host device; GPU: one per rank,
+        with as many GPUs): the distributed Q1 over every rank, rank 0's JSON with every rank's
+        figures, the others silent."""
+        if GPU:
+            self.skipTest("several GPUs needed: bench/README and docs/demo.md give the command")
+        rcs, outs, errs = self.run_ranks(3, ["--json"])
+        self.assertEqual(rcs, [0, 0, 0], errs)
+        self.assertEqual(outs[1:], ["", ""])
+        self.assertEqual(errs[1:], ["", ""])
+        doc = json.loads(outs[0])
+        self.assertTrue(doc["ok"], doc["error"])
+        self.assertEqual((doc["rank"], doc["nranks"]), (0, 3))
+        ranks = doc["ranks"]
+        self.assertEqual([x["rank"] for x in ranks], [0, 1, 2])
+        for x in ranks:
+            self.assertTrue(x["ok"])
+            self.assertEqual(x["mismatches"], 0)
+            self.assertGreater(x["checked_queries"], 0)
+            self.assertEqual(x["distributed"]["queries"], 4)
+            self.assertEqual(x["distributed"]["device_results_checked"], 4)
+        # the shares cover the table once per query
+        self.assertEqual(sum(x["distributed"]["rows"] for x in ranks), 4 * doc["lineitem_rows"])
+
+    def test_ranks_refused(self):
+        rc, out, err = run(["--ranks", "--devices", "2"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--ranks runs one device per rank", err)
+        rc, out, err = run([*size_args(), "--ranks"], RANK="1", WORLD_SIZE="2", LOCAL_RANK="1",
+                           DEVRT_RENDEZVOUS="")
+        self.assertEqual(rc, 1)
+        self.assertIn("DEVRT_RENDEZVOUS", err)
 
     def test_devices_table(self):
         rc, out, err = run([*size_args(), "--devices", "2"], DEVRT_HOST_DEVICES="2")
