@@ -24,8 +24,17 @@ typedef struct dist_dev {
   uint64_t total[EG_AGG_WORDS]; /* its copy of the all-reduced result, on the host */
 } dist_dev;
 
+/* The Q1's two chunks and partial, or the join's: its chunk, hash table, partial and counts, and
+ * a round's send, receive (at worst every device's whole chunk) and layouts. */
 uint64_t eg_dist_bytes(const eg_engine* e) {
-  return 2 * eg_charge(EG_LI_BYTES * e->chunk_rows) + eg_charge(EG_AGG_WORDS * 8);
+  uint64_t q1 = 2 * eg_charge(EG_LI_BYTES * e->chunk_rows) + eg_charge(EG_AGG_WORDS * 8);
+  uint64_t n = (uint64_t)(e->nranks * e->nd), slots = 1024, chunk = EG_LI_BYTES * e->chunk_rows;
+  for (int k = e->nq1; k < e->nq1 + e->njoin; k++)
+    while (slots < 2 * e->var[k].passing_orders + 1) slots *= 2;
+  uint64_t join = eg_charge(chunk) + eg_charge(slots * 8) + eg_charge(EG_AGG_WORDS * 8) +
+                  2 * eg_charge(n * 8) + eg_charge(chunk + n * 4 * EG_LI_BYTES) +
+                  eg_charge(n * (chunk + 4 * EG_LI_BYTES)) + eg_charge(3 * n * 8);
+  return q1 > join ? q1 : join;
 }
 
 /* Without NCCL on the cuda backend, fails naming DEVRT_NCCL_LIBRARY (devrt's message names the
@@ -53,9 +62,8 @@ int eg_dist_setup(eg_engine* e) {
   return 0;
 }
 
-/* A recorded launch of stage st on stream s of device d, with its uses (no stamp). */
-static int launch(eg_engine* e, eg_device* d, devrt_stream s, eg_stage st, void** args,
-                  const devrt_block_use* uses, unsigned nuses) {
+int eg_dist_launch(eg_engine* e, eg_device* d, devrt_stream s, eg_stage st, void** args,
+                   const devrt_block_use* uses, unsigned nuses) {
   unsigned grid = (unsigned)d->di.sm_count * (e->cuda ? 4 : 1);
   devrt_launch_desc ld = {.stream = s,
                           .kernel = d->k[st],
@@ -80,7 +88,7 @@ static int scan_share(eg_engine* e, eg_device* d, dist_dev* x, const eg_variant*
   void* part = eg_block_ptr(e, d, x->partial);
   if (!part) return 1;
   devrt_block_use zu = {x->partial, DEVRT_ACCESS_WRITE};
-  if (launch(e, d, x->s[SCAN], EG_ZERO, (void*[]){&part, &words, &none}, &zu, 1)) return 1;
+  if (eg_dist_launch(e, d, x->s[SCAN], EG_ZERO, (void*[]){&part, &words, &none}, &zu, 1)) return 1;
   for (int b = 0; b < 2; b++)
     CALL(e, "devrt_block_alloc (chunk)",
          devrt_block_alloc(d->rt, EG_LI_BYTES * cap, x->s[GEN], TAG, &x->buf[b]));
@@ -91,11 +99,12 @@ static int scan_share(eg_engine* e, eg_device* d, dist_dev* x, const eg_variant*
     void* cp = eg_block_ptr(e, d, buf);
     if (!cp) return 1;
     devrt_block_use gu = {buf, DEVRT_ACCESS_WRITE};
-    if (launch(e, d, x->s[GEN], EG_GEN_LI, (void*[]){&cp, &cap, &first, &rows, &none}, &gu, 1))
+    if (eg_dist_launch(e, d, x->s[GEN], EG_GEN_LI, (void*[]){&cp, &cap, &first, &rows, &none}, &gu,
+                       1))
       return 1;
     devrt_block_use su[] = {{buf, DEVRT_ACCESS_READ}, {x->partial, DEVRT_ACCESS_READ_WRITE}};
-    if (launch(e, d, x->s[SCAN], EG_SCAN_Q1,
-               (void*[]){&cp, &cap, &rows, (void*)&v->cutoff, &part, &none}, su, 2))
+    if (eg_dist_launch(e, d, x->s[SCAN], EG_SCAN_Q1,
+                       (void*[]){&cp, &cap, &rows, (void*)&v->cutoff, &part, &none}, su, 2))
       return 1;
     e->f->dist.rows += rows, e->f->dist.chunks++; /* the main thread's own */
   }
@@ -154,6 +163,13 @@ int eg_dist_run(eg_engine* e) {
   eg_dist_figures* f = &e->f->dist;
   f->seconds = (double)(eg_now_ns() - t0) / 1e9;
   f->rows_per_s = f->seconds > 0 ? (double)f->rows / f->seconds : 0;
+  devrt_stream gen[EG_MAX_DEVICES], work[EG_MAX_DEVICES];
+  for (int i = 0; i < e->nd; i++) gen[i] = dd[i].s[GEN], work[i] = dd[i].s[SCAN];
+  t0 = eg_now_ns();
+  for (int q = e->nq1; q < e->nq1 + e->njoin && !rc; q++)
+    rc = eg_dist_join(e, gen, work, &e->var[q], (uint32_t)q);
+  f->join_seconds = (double)(eg_now_ns() - t0) / 1e9;
+  f->join_rows_per_s = f->join_seconds > 0 ? (double)f->join_rows / f->join_seconds : 0;
   for (int i = 0; i < e->nd; i++) { /* after a failure too: nothing left running or allocated */
     eg_device* d = &e->devs[i];
     for (int s = 0; s < NSTREAMS; s++)
@@ -181,7 +197,11 @@ int eg_dist_gather(eg_engine* e) {
                           f->dist.queries,
                           f->dist.checked,
                           f->dist.rows,
-                          (uint64_t)(f->dist.seconds * 1e9)};
+                          (uint64_t)(f->dist.seconds * 1e9),
+                          f->dist.joins,
+                          f->dist.join_rows,
+                          f->dist.shuffle_bytes,
+                          (uint64_t)(f->dist.join_seconds * 1e9)};
   for (int i = 0; i < e->nt; i++) mine.tenant_queries += atomic_load(&e->t[i].queries_done);
   size_t words = sizeof mine / 8, n = (size_t)e->nranks;
   devrt_stream s;

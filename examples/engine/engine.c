@@ -23,11 +23,13 @@ static const uint64_t OVER_BUDGET_GIVE_UP_NS = 60ull * 1000000000u;
  * then asks the budget anyway (so odd sizes, where the reserve leaves too little, cannot stall). */
 static const uint64_t RESERVE_WAIT_NS = 10000000u;
 
-const char* const eg_stage_names[EG_NSTAGES] = {"gen_lineitem", "gen_orders", "q1",  "build",
-                                                "probe",        "merge",      "zero"};
+const char* const eg_stage_names[EG_NSTAGES] = {"gen_lineitem", "gen_orders", "q1",
+                                                "build",        "probe",      "merge",
+                                                "zero",         "part_count", "part_scatter"};
 const char* const eg_stream_names[EG_STREAMS] = {"gen0", "gen1", "scan", "check"};
 static const char* const kernel_names[EG_NSTAGES] = {
-    "eg_gen_lineitem", "eg_gen_orders", "eg_q1", "eg_build", "eg_probe", "eg_merge", "eg_zero"};
+    "eg_gen_lineitem", "eg_gen_orders", "eg_q1",         "eg_build",       "eg_probe",
+    "eg_merge",        "eg_zero",       "eg_part_count", "eg_part_scatter"};
 static const char* const tags[EG_MAX_TENANTS] = {
     "tenant0", "tenant1", "tenant2",  "tenant3",  "tenant4",  "tenant5",  "tenant6",  "tenant7",
     "tenant8", "tenant9", "tenant10", "tenant11", "tenant12", "tenant13", "tenant14", "tenant15"};

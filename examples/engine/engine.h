@@ -70,12 +70,15 @@ typedef struct eg_device_figures {
 typedef struct eg_dist_figures {
   uint64_t queries, rows, chunks, checked;
   double seconds, rows_per_s;
+  uint64_t joins, join_rows, shuffle_bytes; /* the distributed joins: rows built and probed */
+  double join_seconds, join_rows_per_s;
 } eg_dist_figures;
 
 /* --ranks: one rank's figures, all-gathered to rank 0 (u64 words, so one collective moves them). */
 typedef struct eg_rank_figures {
   uint64_t ok, tenant_queries, checked_queries, checked_chunks, mismatches;
   uint64_t dist_queries, dist_checked, dist_rows, dist_ns;
+  uint64_t joins, join_rows, shuffle_bytes, join_ns;
 } eg_rank_figures;
 
 typedef struct eg_figures {
@@ -118,6 +121,8 @@ typedef enum eg_stage {
   EG_PROBE,
   EG_MERGE,
   EG_ZERO,
+  EG_PART_COUNT,
+  EG_PART_SCATTER,
   EG_NSTAGES
 } eg_stage;
 extern const char* const eg_stage_names[EG_NSTAGES];
@@ -320,6 +325,13 @@ uint64_t eg_charge(uint64_t n);
 int eg_dist_setup(eg_engine* e);
 int eg_dist_run(eg_engine* e);
 int eg_dist_gather(eg_engine* e);
+/* A recorded launch of stage st on stream s of device d, with its uses (no stamp). */
+int eg_dist_launch(eg_engine* e, eg_device* d, devrt_stream s, eg_stage st, void** args,
+                   const devrt_block_use* uses, unsigned nuses);
+/* join.c: one distributed hash join of variant v on every local device (generate and shuffle on
+ * gen[i] and work[i]), its result checked on each. 0, or 1 after eg_fail. */
+int eg_dist_join(eg_engine* e, const devrt_stream* gen, const devrt_stream* work,
+                 const eg_variant* v, uint32_t query);
 uint64_t eg_dist_bytes(const eg_engine* e);
 /* Compares a device's copy of a distributed query's result with the reference total. */
 int eg_check_total(eg_engine* e, const eg_variant* v, uint32_t query, int device,

@@ -126,6 +126,15 @@ EG_FN void eg_join_add(uint64_t* slot, uint32_t prio, eg_li_row r) {
   slot[2 * prio] += 1, slot[2 * prio + 1] += (uint64_t)r.price * (100u - r.disc);
 }
 
+/* The distributed join's part (device) of an order key: a mix whose bits are not eg_ht_home's,
+ * so a device's keys still spread over its whole table. */
+EG_FN uint32_t eg_part_of(uint32_t key, uint32_t nparts) {
+  return (uint32_t)(eg_mix(key ^ 0x7061727400000000ull) % nparts);
+}
+/* A shuffled part travels as a chunk of its own: its rows' count rounded up to 4, so each of its
+ * columns starts 4-byte aligned when parts lie back to back. */
+EG_FN uint64_t eg_part_cap(uint64_t rows) { return (rows + 3) / 4 * 4; }
+
 /* The join's hash table: pow2 slots of (order key << 32 | priority + 1), 0 empty, linear probing.
  */
 EG_FN uint64_t eg_ht_home(uint32_t key, uint64_t mask) {

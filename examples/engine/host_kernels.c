@@ -136,6 +136,37 @@ static void zero(const devrt_host_grid* g, void** args) {
   stamp(g, arg_ptr(args, 2), 1);
 }
 
+static void part_count(const devrt_host_grid* g, void** args) {
+  const uint32_t* key = arg_ptr(args, 0);
+  uint32_t n = arg_u32(args, 2);
+  uint64_t *counts = arg_ptr(args, 3), lo, hi;
+  share(g, arg_u64(args, 1), &lo, &hi);
+  for (uint64_t i = lo; i < hi; i++) counts[eg_part_of(key[i], n)]++; /* blocks run in turn */
+}
+
+static void part_scatter(const devrt_host_grid* g, void** args) {
+  const uint8_t* chunk = arg_ptr(args, 0);
+  uint64_t cap = arg_u64(args, 1), lo, hi, *meta = arg_ptr(args, 5);
+  uint32_t orders = arg_u32(args, 3), n = arg_u32(args, 4);
+  uint8_t* out = arg_ptr(args, 6);
+  share(g, arg_u64(args, 2), &lo, &hi);
+  for (uint64_t i = lo; i < hi; i++) {
+    uint32_t p = eg_part_of(((const uint32_t*)(const void*)chunk)[i], n);
+    uint64_t at = meta[2 * n + p]++;
+    if (orders) {
+      eg_ord_cols s = eg_ord_layout((void*)chunk, cap),
+                  d = eg_ord_layout(out + meta[2 * p], meta[2 * p + 1]);
+      d.okey[at] = s.okey[i], d.date[at] = s.date[i], d.prio[at] = s.prio[i];
+    } else {
+      eg_li_cols s = eg_li_layout((void*)chunk, cap),
+                 d = eg_li_layout(out + meta[2 * p], meta[2 * p + 1]);
+      d.okey[at] = s.okey[i], d.pkey[at] = s.pkey[i], d.price[at] = s.price[i];
+      d.ship[at] = s.ship[i], d.qty[at] = s.qty[i], d.disc[at] = s.disc[i];
+      d.group[at] = s.group[i];
+    }
+  }
+}
+
 const devrt_host_kernel eg_host_kernels[] = {
     {"eg_gen_lineitem", gen_lineitem, 5, {8, 8, 8, 8, 8}},
     {"eg_gen_orders", gen_orders, 5, {8, 8, 8, 8, 8}},
@@ -144,5 +175,7 @@ const devrt_host_kernel eg_host_kernels[] = {
     {"eg_probe", probe, 8, {8, 8, 8, 4, 8, 8, 8, 8}},
     {"eg_merge", merge, 4, {8, 8, 8, 8}},
     {"eg_zero", zero, 3, {8, 8, 8}},
+    {"eg_part_count", part_count, 4, {8, 8, 4, 8}},
+    {"eg_part_scatter", part_scatter, 7, {8, 8, 8, 4, 4, 8, 8}},
 };
 const unsigned eg_host_kernel_count = sizeof eg_host_kernels / sizeof eg_host_kernels[0];

@@ -218,6 +218,36 @@ extern "C" __global__ void eg_probe(const uint8_t* chunk, uint64_t cap, uint64_t
   stamp_end(stamp);
 }
 
+// ---- the distributed join's shuffle: count a chunk's rows for each part (both layouts start
+// with the order key), then scatter them into their parts' chunks (meta: each part's byte offset
+// and capacity, then its row cursor) ----
+
+extern "C" __global__ void eg_part_count(const uint8_t* chunk, uint64_t rows, uint32_t nparts,
+                                         u64* counts) {
+  const uint32_t* key = (const uint32_t*)chunk;
+  for (uint64_t i = TID; i < rows; i += STRIDE)
+    atomicAdd(&counts[eg_part_of(key[i], nparts)], 1ull);
+}
+
+extern "C" __global__ void eg_part_scatter(const uint8_t* chunk, uint64_t cap, uint64_t rows,
+                                           uint32_t orders, uint32_t nparts, u64* meta,
+                                           uint8_t* out) {
+  for (uint64_t i = TID; i < rows; i += STRIDE) {
+    uint32_t p = eg_part_of(((const uint32_t*)chunk)[i], nparts);
+    u64 at = atomicAdd(&meta[2 * nparts + p], 1ull);
+    uint8_t* base = out + meta[2 * p];
+    if (orders) {
+      eg_ord_cols s = eg_ord_layout((void*)chunk, cap), d = eg_ord_layout(base, meta[2 * p + 1]);
+      d.okey[at] = s.okey[i], d.date[at] = s.date[i], d.prio[at] = s.prio[i];
+    } else {
+      eg_li_cols s = eg_li_layout((void*)chunk, cap), d = eg_li_layout(base, meta[2 * p + 1]);
+      d.okey[at] = s.okey[i], d.pkey[at] = s.pkey[i], d.price[at] = s.price[i];
+      d.ship[at] = s.ship[i], d.qty[at] = s.qty[i], d.disc[at] = s.disc[i];
+      d.group[at] = s.group[i];
+    }
+  }
+}
+
 // ---- merge the chunks' slots; zero a block ----
 
 extern "C" __global__ void eg_merge(const u64* parts, uint64_t nchunks, u64* result, u64* stamp) {

@@ -121,27 +121,29 @@ void eg_print_table(const eg_figures* f, FILE* out) {
     const eg_rank_figures* x = &f->ranks[r];
     fprintf(out,
             "rank %d: %s, %" PRIu64 " tenant queries, %" PRIu64 " queries and %" PRIu64
-            " chunks checked, %" PRIu64 " mismatches; distributed share %" PRIu64 " rows, %" PRIu64
-            " results checked\n",
+            " chunks checked, %" PRIu64 " mismatches; distributed: Q1 share %" PRIu64
+            " rows, join %" PRIu64 " rows after %s shuffled, %" PRIu64 " results checked\n",
             r, x->ok ? "OK" : "FAILED", x->tenant_queries, x->checked_queries, x->checked_chunks,
-            x->mismatches, x->dist_rows, x->dist_checked);
+            x->mismatches, x->dist_rows, x->join_rows, eg_bytes(a, x->shuffle_bytes),
+            x->dist_checked);
   }
   if (f->nranks > 1)
     fprintf(out,
-            "distributed Q1 over %d ranks: %" PRIu64
-            " queries, %s rows/s on this rank; partials "
-            "combined by all-reduce between the processes, every rank's result compared with "
-            "the CPU reference\n",
-            f->nranks, f->dist.queries, eg_rate(d, f->dist.rows_per_s));
+            "distributed over %d ranks: %" PRIu64 " Q1s (%s rows/s on this rank) and %" PRIu64
+            " hash joins (orders and lineitem shuffled by key with all-to-all; %s rows/s on this "
+            "rank); partials all-reduced between the processes, every rank's result compared "
+            "with the CPU reference\n",
+            f->nranks, f->dist.queries, eg_rate(d, f->dist.rows_per_s), f->dist.joins,
+            eg_rate(a, f->dist.join_rows_per_s));
   if (multi)
     fprintf(out,
-            "distributed Q1 over %d devices: %" PRIu64 " queries, %" PRIu64
-            " chunks, %s rows/s; "
+            "distributed over %d devices: %" PRIu64 " Q1s (%" PRIu64
+            " chunks, %s rows/s) and %" PRIu64
+            " hash joins (orders and lineitem shuffled by key with all-to-all; %s rows/s); "
             "partials combined by all-reduce, %" PRIu64
-            " device results compared with the CPU "
-            "reference\n",
+            " device results compared with the CPU reference\n",
             f->devices, f->dist.queries, f->dist.chunks, eg_rate(d, f->dist.rows_per_s),
-            f->dist.checked);
+            f->dist.joins, eg_rate(a, f->dist.join_rows_per_s), f->dist.checked);
   fprintf(out,
           "use tracking (the runtime%s): %" PRIu64 " waits inserted, %" PRIu64
           " skipped on the same stream, %" PRIu64 " coalesced\n",
@@ -221,9 +223,14 @@ void eg_print_json(const eg_figures* f, FILE* out) {
   }
   fprintf(out,
           "],\"distributed\":{\"queries\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"rows\":%" PRIu64
-          ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s,\"rows_per_s\":%s},",
+          ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s,\"rows_per_s\":%s,",
           f->dist.queries, f->dist.chunks, f->dist.rows, f->dist.checked,
           json_num(a, "%.6f", f->dist.seconds), json_num(b, "%.1f", f->dist.rows_per_s));
+  fprintf(out,
+          "\"joins\":%" PRIu64 ",\"join_rows\":%" PRIu64 ",\"shuffle_bytes\":%" PRIu64
+          ",\"join_seconds\":%s,\"join_rows_per_s\":%s},",
+          f->dist.joins, f->dist.join_rows, f->dist.shuffle_bytes,
+          json_num(a, "%.6f", f->dist.join_seconds), json_num(b, "%.1f", f->dist.join_rows_per_s));
   fprintf(out,
           "\"checks\":{\"queries\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"mismatches\":%" PRIu64 "},",
           f->checked_queries, f->checked_chunks, f->mismatches);
@@ -234,10 +241,12 @@ void eg_print_json(const eg_figures* f, FILE* out) {
             "%s{\"rank\":%d,\"ok\":%s,\"tenant_queries\":%" PRIu64 ",\"checked_queries\":%" PRIu64
             ",\"checked_chunks\":%" PRIu64 ",\"mismatches\":%" PRIu64
             ",\"distributed\":{\"queries\":%" PRIu64 ",\"rows\":%" PRIu64
-            ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s}}",
+            ",\"device_results_checked\":%" PRIu64 ",\"seconds\":%s,\"joins\":%" PRIu64
+            ",\"join_rows\":%" PRIu64 ",\"shuffle_bytes\":%" PRIu64 ",\"join_seconds\":%s}}",
             r ? "," : "", r, x->ok ? "true" : "false", x->tenant_queries, x->checked_queries,
             x->checked_chunks, x->mismatches, x->dist_queries, x->dist_rows, x->dist_checked,
-            json_num(a, "%.6f", (double)x->dist_ns / 1e9));
+            json_num(a, "%.6f", (double)x->dist_ns / 1e9), x->joins, x->join_rows, x->shuffle_bytes,
+            json_num(b, "%.6f", (double)x->join_ns / 1e9));
   }
   fprintf(out, "],");
   fprintf(out,

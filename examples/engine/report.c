@@ -16,8 +16,9 @@ enum { W = 960, PLOT_W = 820, LEFT = 90, TOP = 44 };
 
 static const char* const palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                                       "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
-static const char* const stage_color[EG_NSTAGES] = {"#4e79a7", "#76b7b2", "#f28e2b", "#59a14f",
-                                                    "#e15759", "#b07aa1", "#bab0ac"};
+static const char* const stage_color[EG_NSTAGES] = {"#4e79a7", "#76b7b2", "#f28e2b",
+                                                    "#59a14f", "#e15759", "#b07aa1",
+                                                    "#bab0ac", "#edc948", "#9c755f"};
 
 /* s with &, <, >, " escaped (XML and HTML text and attributes). */
 static void put_text(FILE* f, const char* s) {
@@ -200,7 +201,8 @@ static void timeline_chart(FILE* f, const eg_engine* e) {
       }
     }
   }
-  for (int s = 0; s < EG_NSTAGES; s++) legend(f, s, stage_color[s], eg_stage_names[s], false);
+  for (int s = 0; s <= EG_ZERO; s++) /* the tenants' stages (the shuffle's are not stamped) */
+    legend(f, s, stage_color[s], eg_stage_names[s], false);
   fputs("</svg>\n", f);
   if (e->f->thinned)
     fprintf(f,

@@ -161,7 +161,9 @@ class Demo(unittest.TestCase):
             self.assertGreater(t["queries"], 0)
         dist = doc["distributed"]
         self.assertEqual(dist["queries"], 4)  # every full-table Q1 variant once
-        self.assertEqual(dist["device_results_checked"], 4 * n)
+        self.assertEqual(dist["joins"], 4)  # every join variant once, shuffled by key
+        self.assertGreater(dist["shuffle_bytes"], 0)
+        self.assertEqual(dist["device_results_checked"], 8 * n)
         self.assertEqual(dist["rows"], 4 * doc["lineitem_rows"])
         self.assertEqual(doc["checks"]["mismatches"], 0)
         self.assertEqual(doc["queue"]["host_hops"], 0)
@@ -184,8 +186,8 @@ class Demo(unittest.TestCase):
 
     def test_ranks(self):
         """Three ranks in three processes (host: each its own host device; GPU: one per rank,
-        with as many GPUs): the distributed Q1 over every rank, rank 0's JSON with every rank's
-        figures, the others silent."""
+        with as many GPUs): the distributed Q1s and hash joins over every rank, rank 0's JSON
+        with every rank's figures, the others silent."""
         if GPU:
             self.skipTest("several GPUs needed: bench/README and docs/demo.md give the command")
         rcs, outs, errs = self.run_ranks(3, ["--json"])
@@ -202,7 +204,9 @@ class Demo(unittest.TestCase):
             self.assertEqual(x["mismatches"], 0)
             self.assertGreater(x["checked_queries"], 0)
             self.assertEqual(x["distributed"]["queries"], 4)
-            self.assertEqual(x["distributed"]["device_results_checked"], 4)
+            self.assertEqual(x["distributed"]["joins"], 4)
+            self.assertGreater(x["distributed"]["shuffle_bytes"], 0)
+            self.assertEqual(x["distributed"]["device_results_checked"], 8)
         # the shares cover the table once per query
         self.assertEqual(sum(x["distributed"]["rows"] for x in ranks), 4 * doc["lineitem_rows"])
 
@@ -222,8 +226,9 @@ class Demo(unittest.TestCase):
         self.assertEqual(rc, 0, out + err)
         self.assertIn("\ntenant dev kind ", out)
         self.assertIn("device 1 (ordinal 1): 2 tenants", out)
-        self.assertIn("distributed Q1 over 2 devices: 4 queries", out)
-        self.assertIn("8 device results compared with the CPU reference", out)
+        self.assertIn("distributed over 2 devices: 4 Q1s", out)
+        self.assertIn("and 4 hash joins", out)
+        self.assertIn("16 device results compared with the CPU reference", out)
         self.assertIn("OK: every check passed", out)
         if not GPU:  # more devices than the backend has: a clear refusal
             rc, out, err = run([*size_args(), "--quiet", "--devices", "3"], DEVRT_HOST_DEVICES="2")
