@@ -281,6 +281,26 @@ def release(device=0):
     return before - pool(device)["reserved_current"]
 
 
+def comm_id(store, rank, *, device=0, key="devrt_comm_id"):
+    """The unique id (128 bytes) every rank of a devrt communicator is created from
+    (devrt_comm_create in C), passed through a torch.distributed store (or anything with
+    set(key, bytes) and a get(key) that waits for it): rank 0 makes it on the runtime of `device`
+    and sets it, the other ranks get it. On the cuda backend it is NCCL's unique id; a host
+    backend id serves ranks of one process (ranks in processes of the host backend use
+    devrt_comm_create_from_env)."""
+    if not isinstance(rank, int) or rank < 0:
+        raise _bad(f"devrt.comm_id: rank must be an int >= 0, not {rank!r}")
+    if rank != 0:
+        got = bytes(store.get(key))
+        if len(got) != 128:
+            raise _bad(f"devrt.comm_id: the store's {key!r} holds {len(got)} bytes, not 128")
+        return got
+    out = (ctypes.c_char * 128)()
+    _lib.check(_lib.load().devrt_comm_id_create(_lib.runtime(device), ctypes.byref(out)))
+    store.set(key, out.raw)
+    return out.raw
+
+
 def last_error():
     """devrt_last_error(): the message of the last devrt call that failed on this thread, "" once
     a later call on it succeeded (the refusal behind a torch.OutOfMemoryError under

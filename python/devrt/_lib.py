@@ -181,6 +181,7 @@ _SIGNATURES = {
     "devrt_pool_reset_high": (c_status, [_P]),
     "devrt_pool_trim": (c_status, [_P, ctypes.c_size_t]),
     "devrt_torch_stats_get": (c_status, [ctypes.c_int, ctypes.POINTER(TorchStats)]),
+    "devrt_comm_id_create": (c_status, [_P, ctypes.POINTER(ctypes.c_char * 128)]),
 }
 
 _lock = threading.Lock()

@@ -385,6 +385,32 @@ class Package(unittest.TestCase):
             self.assertEqual(p.returncode, 77, p.stdout + p.stderr)
             self.assertIn("skipped", p.stderr)
 
+    def test_comm_id_through_a_store(self):
+        """Rank 0's id reaches rank 1 through a store (a dict behind torch.distributed's
+        set/get); a bad rank is refused before anything runs."""
+        class Store:
+            def __init__(self):
+                self.kv = {}
+
+            def set(self, k, v):
+                self.kv[k] = v
+
+            def get(self, k):
+                return self.kv[k]
+
+        store = Store()
+        a = devrt.comm_id(store, 0)
+        self.assertEqual(len(a), 128)
+        if os.environ["DEVRT_BACKEND"] == "host":
+            self.assertTrue(a.startswith(b"devrt-host"))
+        self.assertEqual(devrt.comm_id(store, 1), a)
+        self.assertNotEqual(devrt.comm_id(Store(), 0), a)  # a new id each time
+        with self.assertRaises(devrt.DevrtError):
+            devrt.comm_id(store, -1)
+        store.kv["devrt_comm_id"] = b"short"
+        with self.assertRaises(devrt.DevrtError):
+            devrt.comm_id(store, 2)
+
     def test_library_not_found(self):
         bogus = os.path.join(tempfile.gettempdir(), "devrt-no-such-dir", "libdevrt.so")
         rc, out, err = py("import devrt; devrt.info()", env={"DEVRT_LIBRARY": bogus})
