@@ -155,9 +155,9 @@ devrt_status devrt_job_get(devrt_job* out);
  * runtime of ordinal local_rank (devrt_comm_info gives it back). Rank 0 makes the unique id and
  * passes it to the others through DEVRT_RENDEZVOUS: "file:PATH" (a path on a filesystem every
  * rank sees, unique to the job; rank 0 writes it and removes it once every rank has joined) or
- * "mpi" (MPI_Bcast through libmpi loaded at run time, DEVRT_MPI_LIBRARY or libmpi.so.40/.12); unset,
- * "mpi" under mpirun and otherwise an error naming DEVRT_RENDEZVOUS. Waits for the id at most
- * DEVRT_RENDEZVOUS_TIMEOUT_MS (default 300000) and then for every rank, as devrt_comm_create.
+ * "mpi" (MPI_Bcast through libmpi loaded at run time, DEVRT_MPI_LIBRARY or libmpi.so.40/.12);
+ * unset, "mpi" under mpirun and otherwise an error naming DEVRT_RENDEZVOUS. Waits for the id at
+ * most DEVRT_RENDEZVOUS_TIMEOUT_MS (default 300000) and then for every rank, as devrt_comm_create.
  * On the host backend the ranks exchange data through shared memory (one machine). Thread-safe. */
 devrt_status devrt_comm_create_from_env(devrt_runtime* rt, devrt_comm** out);
 
