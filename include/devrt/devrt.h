@@ -10,6 +10,7 @@
 #include "devrt/resource.h"
 #include "devrt/block.h"
 #include "devrt/launch.h"
+#include "devrt/graph.h"
 #include "devrt/semaphore.h"
 #include "devrt/queue.h"
 #include "devrt/partition.h"

@@ -19,6 +19,7 @@ typedef struct dv_dev dv_dev;       /* one opened device */
 typedef struct dv_stream dv_stream; /* CUstream / host worker */
 typedef struct dv_event dv_event;   /* CUevent / host fence */
 typedef struct dv_module dv_module; /* CUmodule / host kernel table */
+typedef struct dv_graph dv_graph;   /* CUgraphExec / host list of recorded ops */
 typedef struct dv_kernel dv_kernel; /* CUfunction / host kernel entry */
 typedef struct dv_green dv_green;   /* CUgreenCtx / host worker slice */
 
@@ -144,6 +145,16 @@ typedef struct dv_backend {
                               size_t size);
   devrt_status (*device_enter)(dv_dev* d);
   void (*device_leave)(dv_dev* d);
+  /* Graphs (src/graph): what is enqueued on s between capture_begin and capture_end is recorded,
+   * not run (s is a stream of devrt's own that nothing else uses meanwhile), and becomes an
+   * executable graph; graph_launch enqueues all of it on a stream as one piece of work;
+   * graph_destroy may come while launches are in flight (they finish first). cuda: stream
+   * capture (thread-local mode) and an instantiated graph; host: the stream's ops kept in a
+   * list, run in order by the launching stream's worker. */
+  devrt_status (*capture_begin)(dv_stream* s);
+  devrt_status (*capture_end)(dv_stream* s, dv_graph** out);
+  devrt_status (*graph_launch)(dv_graph* g, dv_stream* s);
+  void (*graph_destroy)(dv_dev* d, dv_graph* g);
 } dv_backend;
 _Static_assert(offsetof(dv_backend, name) == 64, "the hot calls fill the table's first line");
 

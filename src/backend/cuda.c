@@ -403,6 +403,39 @@ DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned 
   return DEVRT_OK;
 }
 
+/* ---- graphs: stream capture (thread-local mode), instantiated at the end ---- */
+
+static devrt_status cu_capture_begin(dv_stream* s) {
+  if (!D->has_graphs)
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuStreamBeginCapture: the driver (%d) lacks graphs",
+                   D->version);
+  CU(D->cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+     "cuStreamBeginCapture", "(stream %p)", (void*)s);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_capture_end(dv_stream* s, dv_graph** out) {
+  CUgraph g = NULL;
+  CUgraphExec x = NULL;
+  CU(D->cuStreamEndCapture((CUstream)s, &g), "cuStreamEndCapture", "(stream %p)", (void*)s);
+  CUresult r = D->cuGraphInstantiateWithFlags(&x, g, 0);
+  D->cuGraphDestroy(g); /* the executable graph keeps what it needs */
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuGraphInstantiateWithFlags", "(captured graph)");
+  *out = (dv_graph*)x;
+  return DEVRT_OK;
+}
+
+static devrt_status cu_graph_launch(dv_graph* g, dv_stream* s) {
+  CU(D->cuGraphLaunch((CUgraphExec)g, (CUstream)s), "cuGraphLaunch", "(stream %p)", (void*)s);
+  return DEVRT_OK;
+}
+
+/* Launches in flight finish first (the driver frees it once they have). */
+static void cu_graph_destroy(dv_dev* d, dv_graph* g) {
+  (void)d;
+  D->cuGraphExecDestroy((CUgraphExec)g);
+}
+
 static devrt_status cu_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {
   if (!D->cuFuncGetParamInfo)
     return dv_fail(DEVRT_ERR_UNSUPPORTED,
@@ -639,4 +672,8 @@ const dv_backend dv_cuda_backend = {
     .memcpy_peer = cu_memcpy_peer,
     .device_enter = cu_device_enter,
     .device_leave = cu_device_leave,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };

@@ -213,6 +213,13 @@ static void w_device_leave(dv_dev* d) {
   count(DV_OP_device_leave);
   in()->device_leave(d);
 }
+static devrt_status w_capture_begin(dv_stream* s) { PASS(capture_begin, (s)); }
+static devrt_status w_capture_end(dv_stream* s, dv_graph** out) { PASS(capture_end, (s, out)); }
+static devrt_status w_graph_launch(dv_graph* g, dv_stream* s) { PASS(graph_launch, (g, s)); }
+static void w_graph_destroy(dv_dev* d, dv_graph* g) {
+  count(DV_OP_graph_destroy);
+  in()->graph_destroy(d, g);
+}
 
 static const dv_backend wrap_all = {
     .launch = w_launch,
@@ -261,6 +268,10 @@ static const dv_backend wrap_all = {
     .memcpy_peer = w_memcpy_peer,
     .device_enter = w_device_enter,
     .device_leave = w_device_leave,
+    .capture_begin = w_capture_begin,
+    .capture_end = w_capture_end,
+    .graph_launch = w_graph_launch,
+    .graph_destroy = w_graph_destroy,
 };
 
 /* The table seen as entry-sized words (`name` and padding included): an entry the real backend

@@ -17,7 +17,8 @@
   X(pool_reset_high) X(mem_alloc) X(mem_free) X(memset_async) X(memcpy_async) X(module_load)     \
   X(module_load_host) X(module_unload) X(kernel_get) X(kernel_params) X(sm_resource) X(sm_split) \
   X(green_create) X(green_resource) X(green_destroy) X(fault_arm) X(peer_query) X(peer_enable)   \
-  X(peer_disable) X(memcpy_peer) X(device_enter) X(device_leave)
+  X(peer_disable) X(memcpy_peer) X(device_enter) X(device_leave) X(capture_begin) X(capture_end) \
+  X(graph_launch) X(graph_destroy)
 /* clang-format on */
 
 #define DV_OP_ENUM_(name) DV_OP_##name,

@@ -39,7 +39,7 @@ struct dv_module {
   unsigned count;
 };
 
-typedef enum op_kind { OP_FN, OP_WAIT, OP_FREE, OP_MEMSET, OP_MEMCPY, OP_LAUNCH } op_kind;
+typedef enum op_kind { OP_FN, OP_WAIT, OP_FREE, OP_MEMSET, OP_MEMCPY, OP_LAUNCH, OP_GRAPH } op_kind;
 
 typedef struct op {
   struct op* next;
@@ -72,6 +72,7 @@ typedef struct op {
       dv_dim3 grid, block;
       void* argv[8];
     } run;
+    dv_graph* graph; /* holds a reference */
   } u;
   max_align_t args[]; /* OP_LAUNCH: the kernel arguments, copied at enqueue */
 } op;
@@ -85,11 +86,19 @@ struct dv_stream {
   pthread_cond_t work;        /* the worker waits here for ops or stop */
   pthread_cond_t done;        /* syncs and fences wait here for `completed` to advance */
   op *head, *tail;            /* FIFO, under mu */
+  op *cap_head, *cap_tail;    /* under mu: capturing (capture_begin): ops recorded, not run */
+  bool capturing;             /* under mu */
   uint64_t submitted;         /* ops enqueued, under mu */
   _Atomic uint64_t completed; /* ops finished; written under mu, read lock-free */
   bool stop;                  /* under mu */
   _Atomic unsigned refs;      /* the stream's owner + events and waits that name it */
   uint32_t magic;             /* MAGIC_STREAM from creation until its owner destroys it */
+};
+
+/* A captured list of ops, run in order by each launch (OP_GRAPH) on the launching stream. */
+struct dv_graph {
+  op* ops;
+  _Atomic unsigned refs; /* its owner + launches not yet run */
 };
 
 /* A fence: reached when s->completed >= target. s NULL: never recorded. */
@@ -99,6 +108,10 @@ struct dv_event {
   dv_stream* s; /* holds a reference, so the fence outlives the stream */
   uint64_t target;
 };
+
+static void free_ops(op* o) {
+  for (op* nx; o; o = nx) nx = o->next, free(o);
+}
 
 /* ---- streams and fences ---- */
 
@@ -112,6 +125,7 @@ static void stream_unref(dv_stream* s) {
   unsigned was = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
   DV_ASSERT(was > 0);
   if (was != 1) return;
+  free_ops(s->cap_head); /* a capture its stream's owner never ended */
   pthread_cond_destroy(&s->done);
   pthread_cond_destroy(&s->work);
   pthread_mutex_destroy(&s->mu);
@@ -138,6 +152,13 @@ static void used_add(dv_dev* d, uint64_t n) {
 }
 
 static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
+
+/* The last drop (acq_rel) sees every launch's run first. */
+static void graph_unref(dv_graph* g) {
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return;
+  free_ops(g->ops);
+  free(g);
+}
 
 static void run_op(dv_stream* s, op* o) {
   switch (o->kind) {
@@ -174,6 +195,10 @@ static void run_op(dv_stream* s, op* o) {
           }
       break;
     }
+    case OP_GRAPH: /* a capture holds launches, fills and copies only (capture_begin's rule) */
+      for (op* x = o->u.graph->ops; x; x = x->next) run_op(s, x);
+      graph_unref(o->u.graph);
+      break;
   }
 }
 
@@ -215,9 +240,18 @@ static devrt_status start_worker(dv_stream* s, const char* who) {
   return DEVRT_OK;
 }
 
-/* Appends o to s's queue (its worker started first if need be); on failure o is dropped. */
+/* Appends o to s's queue (its worker started first if need be), or to its capture; on failure o
+ * is dropped. */
 static devrt_status enqueue(dv_stream* s, op* o, const char* who) {
   pthread_mutex_lock(&s->mu);
+  if (s->capturing) { /* recorded: launches, fills and copies (devrt enqueues nothing else) */
+    DV_ASSERT(o->kind == OP_LAUNCH || o->kind == OP_MEMSET || o->kind == OP_MEMCPY ||
+              o->kind == OP_FN);
+    *(s->cap_tail ? &s->cap_tail->next : &s->cap_head) = o;
+    s->cap_tail = o;
+    pthread_mutex_unlock(&s->mu);
+    return DEVRT_OK;
+  }
   devrt_status st = s->started ? DEVRT_OK : start_worker(s, who);
   if (st == DEVRT_OK) {
     if (s->tail)
@@ -231,9 +265,53 @@ static devrt_status enqueue(dv_stream* s, op* o, const char* who) {
   pthread_mutex_unlock(&s->mu);
   if (st != DEVRT_OK) {
     if (o->kind == OP_WAIT) stream_unref(o->u.wait.s);
+    if (o->kind == OP_GRAPH) graph_unref(o->u.graph);
     free(o);
   }
   return st;
+}
+
+/* ---- graphs ---- */
+
+static devrt_status host_capture_begin(dv_stream* s) {
+  pthread_mutex_lock(&s->mu);
+  bool was = s->capturing;
+  s->capturing = true;
+  pthread_mutex_unlock(&s->mu);
+  return was ? dv_fail(DEVRT_ERR_INVALID_STATE, "host stream %p is capturing already", (void*)s)
+             : DEVRT_OK;
+}
+
+static devrt_status host_capture_end(dv_stream* s, dv_graph** out) {
+  dv_graph* g = calloc(1, sizeof *g);
+  pthread_mutex_lock(&s->mu);
+  bool was = s->capturing;
+  op* ops = s->cap_head;
+  s->capturing = false, s->cap_head = s->cap_tail = NULL;
+  pthread_mutex_unlock(&s->mu);
+  if (!was || !g) {
+    free(g), free_ops(ops);
+    return dv_fail(was ? DEVRT_ERR_BACKEND_ERROR : DEVRT_ERR_INVALID_STATE,
+                   was ? "host capture: out of host memory" : "host stream %p is not capturing",
+                   (void*)s);
+  }
+  g->ops = ops;
+  atomic_init(&g->refs, 1);
+  *out = g;
+  return DEVRT_OK;
+}
+
+static devrt_status host_graph_launch(dv_graph* g, dv_stream* s) {
+  op* o = NULL;
+  DV_CHECK(op_new(OP_GRAPH, 0, "host graph launch", &o));
+  atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed); /* the owner holds one */
+  o->u.graph = g;
+  return enqueue(s, o, "host graph launch");
+}
+
+static void host_graph_destroy(dv_dev* d, dv_graph* g) {
+  (void)d;
+  graph_unref(g);
 }
 
 /* ---- device ---- */
@@ -852,4 +930,8 @@ const dv_backend dv_host_backend = {
     .memcpy_peer = host_memcpy_peer,
     .device_enter = host_device_enter,
     .device_leave = host_device_leave,
+    .capture_begin = host_capture_begin,
+    .capture_end = host_capture_end,
+    .graph_launch = host_graph_launch,
+    .graph_destroy = host_graph_destroy,
 };

@@ -374,19 +374,43 @@ devrt_status devrt_block_info_get(devrt_runtime* rt, devrt_block h, devrt_block_
   return DEVRT_OK;
 }
 
+devrt_status dv_capture_add(devrt_runtime* rt, dv_capture* cap, const devrt_block_use* u,
+                            unsigned n, const char* call) {
+  for (unsigned i = 0; i < n; i++) {
+    devrt_runtime* owner;
+    void* p;
+    size_t size;
+    DV_CHECK(dv_block_find(rt, u[i].block, call, &owner, &p, &size)); /* live now */
+    unsigned k = 0;
+    while (k < cap->n && cap->u[k].block != u[i].block) k++;
+    if (k == cap->n && cap->n == DEVRT_LAUNCH_MAX_USES)
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "%s: the capture would use more than %u blocks (a graph's launch tracks them "
+                     "as one launch does)",
+                     call, DEVRT_LAUNCH_MAX_USES);
+    if (k == cap->n) cap->u[cap->n++] = (devrt_block_use){u[i].block, 0};
+    cap->u[k].access |= u[i].access; /* read and write merge to READ_WRITE */
+  }
+  return DEVRT_OK;
+}
+
+/* The stream of a prepare or finish, or (*cap) the capture recording it. */
 static devrt_status use_args(devrt_runtime* rt, devrt_stream stream, devrt_access a, dv_stream** s,
-                             const char* call) {
+                             dv_capture** cap, const char* call) {
   DV_RT_CHECK(rt, call);
   if (!dv_access_ok(a))
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: access %d is not READ, WRITE or READ_WRITE",
                    call, (int)a);
-  return dv_stream_get(rt, stream, s, call);
+  return dv_stream_or_capture(rt, stream, s, cap, call);
 }
 
 devrt_status devrt_prepare_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream,
                                      devrt_access a) {
   dv_stream* s = NULL;
-  DV_CHECK(use_args(rt, stream, a, &s, "devrt_prepare_block_use"));
+  dv_capture* cap = NULL;
+  DV_CHECK(use_args(rt, stream, a, &s, &cap, "devrt_prepare_block_use"));
+  if (cap) /* captured: the graph's launch waits for what the block needs, not the capture */
+    return dv_capture_add(rt, cap, &(devrt_block_use){h, a}, 1, "devrt_prepare_block_use");
   unsigned slot = DV_SID_SLOT(stream);
   dv_work k; /* a use with no launch: the waits it gathers */
   DV_CHECK(dv_work_init(&k, rt, slot, "devrt_prepare_block_use", NULL, 0));
@@ -429,7 +453,10 @@ static devrt_status finish_pin(devrt_runtime* rt, devrt_block h, dv_blk** out) {
 devrt_status devrt_finish_block_use(devrt_runtime* rt, devrt_block h, devrt_stream stream,
                                     devrt_access a) {
   dv_stream* s = NULL;
-  DV_CHECK(use_args(rt, stream, a, &s, "devrt_finish_block_use"));
+  dv_capture* cap = NULL;
+  DV_CHECK(use_args(rt, stream, a, &s, &cap, "devrt_finish_block_use"));
+  if (cap) /* the work it ends was recorded: the graph's launch marks the block */
+    return dv_capture_add(rt, cap, &(devrt_block_use){h, a}, 1, "devrt_finish_block_use");
   unsigned slot = DV_SID_SLOT(stream);
   dv_blk* b = NULL;
   DV_CHECK(finish_pin(rt, h, &b)); /* before the record: a free waits for it, or is refused */

@@ -80,6 +80,10 @@ devrt_status dv_work_init(dv_work* k, devrt_runtime* rt, unsigned slot, const ch
 
 /* INVALID_ARGUMENT (naming `call`) unless every use's access is READ, WRITE or READ_WRITE. */
 devrt_status dv_uses_check(const devrt_block_use* u, unsigned n, const char* call);
+/* Adds uses u[0..n) to a capture's: each block live now (rt's or a peer's), accesses merged per
+ * block; INVALID_ARGUMENT past DEVRT_LAUNCH_MAX_USES blocks (graph.c). */
+devrt_status dv_capture_add(devrt_runtime* rt, dv_capture* cap, const devrt_block_use* u,
+                            unsigned n, const char* call);
 /* Pins each block of k->x (a pinned block cannot be freed), or the group of exactly those
  * blocks, and gathers, per source slot, the newest event k's slot must wait for (the skipped ones
  * counted in k->c); nothing is pinned, held or counted if it fails. k->x.u is the caller's list as

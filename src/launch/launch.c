@@ -279,6 +279,17 @@ done:;
   return DEVRT_OK;
 }
 
+/* A launch on a stream the calling thread captures: its uses join the capture's, and the work is
+ * recorded on the capture's stream (devrt/graph.h): no wait, mark or reap. */
+static DV_NOINLINE devrt_status captured(devrt_runtime* rt, const devrt_launch_desc* d,
+                                         dv_capture* cap, dv_stream* s) {
+  devrt_status st = dv_uses_check(d->uses, d->nuses, "devrt_launch");
+  if (st == DEVRT_OK) st = dv_capture_add(rt, cap, d->uses, d->nuses, "devrt_launch");
+  if (st == DEVRT_OK) st = run(rt, d, d->stream, s);
+  if (st == DEVRT_OK) cap->launches++;
+  return st;
+}
+
 DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) {
   DV_RT_CHECK(rt, "devrt_launch");
   if (!d) return refuse(rt, dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "devrt_launch: desc is NULL"));
@@ -286,7 +297,10 @@ DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) 
   if (st != DEVRT_OK) return refuse(rt, st);
   dv_stream* s = NULL;
   if (d->stream) {
-    if ((st = dv_stream_get(rt, d->stream, &s, "devrt_launch")) != DEVRT_OK) return refuse(rt, st);
+    dv_capture* cap = NULL;
+    if ((st = dv_stream_or_capture(rt, d->stream, &s, &cap, "devrt_launch")) != DEVRT_OK)
+      return refuse(rt, st);
+    if (DV_UNLIKELY(cap)) return captured(rt, d, cap, s);
     return dv_launch_issue(rt, d, d->stream, s, NULL);
   }
   devrt_stream id = 0;

@@ -54,7 +54,9 @@ devrt_status devrt_memset_async(devrt_runtime* rt, void* ptr, int byte, size_t s
   DV_ARG_CHECK(ptr, "devrt_memset_async", "ptr is NULL");
   DV_ARG_CHECK(size, "devrt_memset_async", "size is 0");
   dv_stream* s = NULL;
-  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_memset_async"));
+  dv_capture* cap = NULL; /* capturing: recorded on the capture's stream */
+  DV_CHECK(dv_stream_or_capture(rt, stream, &s, &cap, "devrt_memset_async"));
+  if (cap) cap->launches++;
   return rt->be->memset_async(s, ptr, byte, size);
 }
 
@@ -64,6 +66,8 @@ devrt_status devrt_memcpy_async(devrt_runtime* rt, void* dst, const void* src, s
   DV_ARG_CHECK(dst && src, "devrt_memcpy_async", "dst %p or src %p is NULL", dst, src);
   DV_ARG_CHECK(size, "devrt_memcpy_async", "size is 0");
   dv_stream* s = NULL;
-  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_memcpy_async"));
+  dv_capture* cap = NULL; /* capturing: recorded on the capture's stream */
+  DV_CHECK(dv_stream_or_capture(rt, stream, &s, &cap, "devrt_memcpy_async"));
+  if (cap) cap->launches++;
   return rt->be->memcpy_async(s, dst, src, size);
 }

@@ -93,6 +93,9 @@ static inline bool dv_peer_linked(devrt_runtime* rt, devrt_runtime* other) {
 extern _Atomic unsigned dv_peer_slots;
 
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call);
+devrt_status dv_capture_refused(devrt_runtime* rt, devrt_stream id, const char* call);
+/* A token of the calling thread (the address of a thread-local byte of streams.c). */
+extern _Thread_local char dv_thread_me;
 
 /* id is a live lease of rt (no message when not). */
 static inline bool dv_stream_held(devrt_runtime* rt, devrt_stream id) {
@@ -104,7 +107,30 @@ static inline bool dv_stream_held(devrt_runtime* rt, devrt_stream id) {
 static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_stream** out,
                                          const char* call) {
   if (DV_UNLIKELY(!dv_stream_held(rt, id))) return dv_stream_refused(rt, id, call);
-  *out = rt->slots[DV_SID_SLOT(id)].s;
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
+  /* relaxed: a capture's begin and end come from one thread, whose calls see its own stores;
+   * another thread's call racing with them is unordered with the capture anyway */
+  if (DV_UNLIKELY(atomic_load_explicit(&sl->cap_owner, memory_order_relaxed)))
+    return dv_capture_refused(rt, id, call);
+  *out = sl->s;
+  return DEVRT_OK;
+}
+/* dv_stream_get for the calls a capture records (launches, foreign work, copies): on the
+ * capturing thread, *cap is the slot's capture and *out its own stream; NULL and the slot's
+ * stream when the slot does not capture. */
+static inline devrt_status dv_stream_or_capture(devrt_runtime* rt, devrt_stream id, dv_stream** out,
+                                                dv_capture** cap, const char* call) {
+  if (DV_UNLIKELY(!dv_stream_held(rt, id))) return dv_stream_refused(rt, id, call);
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(id)];
+  uintptr_t owner = atomic_load_explicit(&sl->cap_owner, memory_order_relaxed); /* as above */
+  *cap = NULL;
+  if (DV_LIKELY(!owner)) {
+    *out = sl->s;
+    return DEVRT_OK;
+  }
+  if (owner != (uintptr_t)&dv_thread_me) return dv_capture_refused(rt, id, call);
+  *cap = sl->cap;
+  *out = sl->cap->ps;
   return DEVRT_OK;
 }
 

@@ -199,6 +199,18 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
   p->n = 0;
 }
 
+_Thread_local char dv_thread_me;
+
+devrt_status dv_capture_refused(devrt_runtime* rt, devrt_stream id, const char* call) {
+  (void)rt;
+  return dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "%s: stream %#" PRIx64
+                 " is capturing (devrt_capture_begin): only launches, "
+                 "foreign work through prepare/finish and copies from the capturing thread are "
+                 "recorded until devrt_capture_end (docs/graphs.md)",
+                 call, id);
+}
+
 devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* call) {
   if (id == 0) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: stream 0 is not a stream", call);
   if (DV_SID_SERIAL(id) != rt->serial)

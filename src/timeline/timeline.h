@@ -30,9 +30,23 @@ typedef struct dv_pool {
   struct devrt_partition* part; /* the partition it belongs to; NULL: the runtime's pool */
 } dv_pool;
 
+/* A stream slot's capture (src/launch/graph.c), set up by devrt_capture_begin on the capturing
+ * thread, which alone uses it until devrt_capture_end: the work that thread issues on the slot's
+ * stream is recorded on ps, a stream of the capture's own that nothing else uses, and not run;
+ * the recorded work's uses gather in u (one entry a block, its accesses merged). */
+typedef struct dv_capture {
+  dv_stream* ps;
+  devrt_block_use u[DEVRT_LAUNCH_MAX_USES];
+  unsigned n;
+  unsigned launches; /* recorded launches, copies and fills */
+} dv_capture;
+
 typedef struct dv_slot {
-  _Atomic uint64_t id; /* the live lease's id; 0 while free */
-  dv_stream* s;        /* created on the slot's first lease, then reused; set before id */
+  _Atomic uint64_t id;         /* the live lease's id; 0 while free */
+  _Atomic uintptr_t cap_owner; /* capturing: the thread's token (dv_thread_me), else 0; set and
+                                * cleared by that thread, read by any (streams' lookups) */
+  dv_capture* cap;             /* capturing: its state, read and written by cap_owner only */
+  dv_stream* s;                /* created on the slot's first lease, then reused; set before id */
   dv_pool* pool;       /* set before id; NULL for the runtime's own slot and unassigned ones */
   uint32_t lease;      /* guarded by pool_mu */
   unsigned holders;    /* guarded by pool_mu; >1 when shared */

@@ -1,0 +1,120 @@
+/* graph.c: captures and graphs (devrt/graph.h). A capture gives the stream's slot a dv_capture
+ * (its own backend stream in capture, the union of the recorded uses) that only the capturing
+ * thread touches; the end makes the backend's executable graph. A graph's launch is tracked work
+ * over the union: pinned, its waits issued, the graph enqueued, its end marked on every block. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include "launch.h"
+#include "../block/block.h"
+
+#define GRAPH_MAGIC 0x6772617068766476ull /* "graphvdv" */
+
+struct devrt_graph {
+  _Atomic uint64_t magic;
+  devrt_runtime* rt;
+  dv_graph* exec;
+  unsigned n, recorded;
+  _Atomic uint64_t launches; /* a figure: relaxed */
+  devrt_block_use u[];       /* the union of the captured uses */
+};
+
+devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
+  DV_RT_CHECK(rt, "devrt_capture_begin");
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_capture_begin")); /* refused if capturing */
+  dv_capture* cap = calloc(1, sizeof *cap);
+  if (!cap) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_begin: out of host memory");
+  devrt_status st = rt->be->stream_create(rt->dev, NULL, 0, &cap->ps);
+  if (st == DEVRT_OK && (st = rt->be->capture_begin(cap->ps)) != DEVRT_OK)
+    rt->be->stream_destroy(rt->dev, cap->ps);
+  if (st != DEVRT_OK) {
+    free(cap);
+    return st;
+  }
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  sl->cap = cap;
+  /* relaxed: only this thread reads cap; others only compare the token (rt.h) */
+  atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
+  return DEVRT_OK;
+}
+
+devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_graph** out) {
+  DV_RT_CHECK(rt, "devrt_capture_end");
+  DV_ARG_CHECK(out, "devrt_capture_end", "out is NULL");
+  if (!dv_stream_held(rt, stream)) return dv_stream_refused(rt, stream, "devrt_capture_end");
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  if (atomic_load_explicit(&sl->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_capture_end: stream %#" PRIx64 " is not capturing on this thread",
+                   stream);
+  dv_capture* cap = sl->cap;
+  atomic_store_explicit(&sl->cap_owner, 0, memory_order_relaxed); /* as in begin */
+  sl->cap = NULL;
+  dv_graph* exec = NULL;
+  devrt_status st = rt->be->capture_end(cap->ps, &exec);
+  rt->be->stream_destroy(rt->dev, cap->ps);
+  devrt_graph* g = st == DEVRT_OK ? calloc(1, sizeof *g + cap->n * sizeof *g->u) : NULL;
+  if (st == DEVRT_OK && !g) {
+    rt->be->graph_destroy(rt->dev, exec);
+    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_end: out of host memory");
+  }
+  if (g) {
+    g->rt = rt, g->exec = exec, g->n = cap->n, g->recorded = cap->launches;
+    for (unsigned i = 0; i < cap->n; i++) g->u[i] = cap->u[i];
+    atomic_store_explicit(&g->magic, GRAPH_MAGIC, memory_order_release); /* pairs: graph_ok */
+    *out = g;
+  }
+  free(cap);
+  return st;
+}
+
+static bool graph_ok(devrt_graph* g) { /* acquire: pairs with the end's release */
+  return g && atomic_load_explicit(&g->magic, memory_order_acquire) == GRAPH_MAGIC;
+}
+
+devrt_status devrt_graph_launch(devrt_graph* g, devrt_stream stream) {
+  dv_error_clear();
+  DV_ARG_CHECK(graph_ok(g), "devrt_graph_launch", "graph %p is NULL or destroyed", (void*)g);
+  devrt_runtime* rt = g->rt;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_graph_launch"));
+  unsigned slot = DV_SID_SLOT(stream);
+  dv_work k;
+  DV_CHECK(dv_work_init(&k, rt, slot, "devrt_graph_launch", g->u, g->n));
+  k.of = dv_slot_last(rt, slot);
+  DV_CHECK(dv_uses_pin(&k)); /* STALE_BLOCK for a block freed since the capture */
+  devrt_status st = dv_waits_issue(&k, s);
+  if (st == DEVRT_OK) st = rt->be->graph_launch(g->exec, s);
+  k.c.launches = st == DEVRT_OK;
+  dv_pev *ev = NULL, *old = NULL;
+  if (st == DEVRT_OK && k.x.n) {
+    st = dv_pev_mark(rt, slot, &ev, &old, &k.c);
+    if (st != DEVRT_OK) rt->be->stream_sync(s); /* untracked: let it finish first */
+  } else {
+    dv_counts_flush(rt, slot, &k.c);
+  }
+  dv_uses_finish(&k, ev, old, true);
+  if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
+  return st;
+}
+
+devrt_status devrt_graph_info_get(devrt_graph* g, devrt_graph_info* out) {
+  dv_error_clear();
+  DV_ARG_CHECK(graph_ok(g) && out, "devrt_graph_info_get", "graph %p is NULL or destroyed, or out",
+               (void*)g);
+  *out = (devrt_graph_info){g->recorded, g->n,
+                            atomic_load_explicit(&g->launches, memory_order_relaxed)};
+  return DEVRT_OK;
+}
+
+devrt_status devrt_graph_destroy(devrt_graph* g) {
+  dv_error_clear();
+  uint64_t m = GRAPH_MAGIC;
+  /* acquire: pairs with the end's release; one destroy wins */
+  DV_ARG_CHECK(g && atomic_compare_exchange_strong_explicit(&g->magic, &m, 0, memory_order_acquire,
+                                                            memory_order_relaxed),
+               "devrt_graph_destroy", "graph %p is NULL or destroyed", (void*)g);
+  g->rt->be->graph_destroy(g->rt->dev, g->exec);
+  free(g);
+  return DEVRT_OK;
+}

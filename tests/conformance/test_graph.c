@@ -1,0 +1,188 @@
+/* test_graph: captures and graphs (devrt/graph.h) on the backend DEVRT_BACKEND names: nothing runs
+ * while a stream captures; what a capture may not take is refused naming it, also from another
+ * thread; a graph's launch waits for a slow producer on another stream, its readers on other
+ * streams wait for it, a free of a block it uses waits for it, a block freed since the capture
+ * fails the launch with STALE_BLOCK; foreign work (prepare, copy, finish) and an enqueue callback
+ * are recorded too; launched again and on several streams; the bad inputs. */
+#include <pthread.h>
+#include "launch_util.h"
+
+enum { N = 1 << 16 };
+#define SLOW (30 * MS)
+
+static devrt_runtime* rt;
+static kernels K;
+static devrt_stream S[4];
+
+static devrt_block alloc(void) {
+  devrt_block b = 0;
+  REQUIRE_OK(devrt_block_alloc(rt, N * 4, S[3], "graph", &b));
+  CHECK_OK(k_fill(rt, &K, S[3], b, 0, N, 0, true));
+  return b;
+}
+
+typedef struct other_arg {
+  devrt_stream s;
+  devrt_status launch, end, sync;
+} other_arg;
+static void* other_thread(void* p) { /* what another thread may not do to a capturing stream */
+  other_arg* a = p;
+  devrt_block b = 0;
+  a->launch = devrt_block_alloc(rt, 64, S[1], "x", &b) == DEVRT_OK
+                  ? k_fill(rt, &K, a->s, b, 1, 16, 0, true)
+                  : DEVRT_ERR_BACKEND_ERROR;
+  devrt_graph* g = NULL;
+  a->end = devrt_capture_end(rt, a->s, &g);
+  a->sync = devrt_stream_synchronize(rt, a->s);
+  if (b) devrt_block_free(rt, b);
+  return NULL;
+}
+
+/* A graph of: b = a (copy) and c = 9 (fill); a written slowly on another stream first. */
+static void basic(void) {
+  devrt_block a = alloc(), b = alloc(), c = alloc();
+  CHECK_OK(devrt_stream_synchronize(rt, S[3]));
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_OK(k_copy(rt, &K, S[0], b, a, N, 0, true));
+  CHECK_OK(k_fill(rt, &K, S[0], c, 9, N, 0, true));
+  /* refused while capturing, each naming the capture */
+  CHECK_STATUS(devrt_stream_synchronize(rt, S[0]), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "capturing") != NULL);
+  devrt_block x = 0;
+  CHECK_STATUS(devrt_block_alloc(rt, 64, S[0], "x", &x), DEVRT_ERR_INVALID_STATE);
+  CHECK_STATUS(devrt_capture_begin(rt, S[0]), DEVRT_ERR_INVALID_STATE);
+  CHECK_STATUS(devrt_stream_release(rt, S[0]), DEVRT_ERR_INVALID_STATE);
+  other_arg oa = {.s = S[0]};
+  pthread_t th;
+  pthread_create(&th, NULL, other_thread, &oa);
+  pthread_join(th, NULL);
+  CHECK(oa.launch == DEVRT_ERR_INVALID_STATE && oa.end == DEVRT_ERR_INVALID_STATE &&
+        oa.sync == DEVRT_ERR_INVALID_STATE);
+  /* nothing ran: c is still 0 (read on another stream) */
+  CHECK(b_wrong(rt, S[2], c, N, 0) == 0);
+  devrt_graph* g = NULL;
+  CHECK_OK(devrt_capture_end(rt, S[0], &g));
+  CHECK_STATUS(devrt_capture_end(rt, S[0], &g), DEVRT_ERR_INVALID_STATE); /* ended */
+  devrt_graph_info gi;
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 2 && gi.blocks == 3 && gi.launches == 0);
+  CHECK(b_wrong(rt, S[2], c, N, 0) == 0);
+  /* a written slowly on S[1]: the launch on S[0] must wait for it; the reads on S[2] for it */
+  CHECK_OK(k_fill(rt, &K, S[1], a, 7, N, SLOW, true));
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  CHECK(b_wrong(rt, S[2], b, N, 7) == 0);
+  CHECK(b_wrong(rt, S[2], c, N, 9) == 0);
+  /* again, on another stream, after a new a */
+  CHECK_OK(k_fill(rt, &K, S[1], a, 8, N, SLOW, true));
+  CHECK_OK(k_fill(rt, &K, S[1], c, 0, N, 0, true));
+  CHECK_OK(devrt_graph_launch(g, S[3]));
+  CHECK(b_wrong(rt, S[2], b, N, 8) == 0);
+  CHECK(b_wrong(rt, S[2], c, N, 9) == 0);
+  /* a slow writer of a on S[1], the graph on S[0], then b freed at once: the free waits */
+  CHECK_OK(k_fill(rt, &K, S[1], a, 3, N, SLOW, true));
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  CHECK_OK(devrt_block_free(rt, b));
+  CHECK(b_wrong(rt, S[2], c, N, 9) == 0);
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.launches == 3);
+  /* b is gone: the next launch fails before anything is enqueued */
+  CHECK_STATUS(devrt_graph_launch(g, S[0]), DEVRT_ERR_STALE_BLOCK);
+  CHECK_OK(devrt_graph_destroy(g));
+  CHECK_OK(devrt_block_free(rt, a));
+  CHECK_OK(devrt_block_free(rt, c));
+}
+
+typedef struct cb_arg {
+  void *dst, *src;
+  size_t bytes;
+} cb_arg;
+static devrt_status enqueue_copy(void* user, devrt_stream id, void* native) {
+  cb_arg* a = user;
+  (void)native;
+  return devrt_memcpy_async(rt, a->dst, a->src, a->bytes, id); /* recorded as the launch is */
+}
+
+/* Foreign work recorded: prepare, a copy from host memory, finish; an enqueue callback's copy.
+ * Each launch copies the host buffer as it is then (the capture holds its address). */
+static void foreign(void) {
+  devrt_block d = alloc(), e = alloc();
+  CHECK_OK(devrt_stream_synchronize(rt, S[3]));
+  uint32_t* host = malloc(N * 4);
+  for (int i = 0; i < N; i++) host[i] = 5;
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_OK(devrt_prepare_block_use(rt, d, S[0], DEVRT_ACCESS_WRITE));
+  CHECK_OK(devrt_memcpy_async(rt, bptr(rt, d), host, N * 4, S[0]));
+  CHECK_OK(devrt_finish_block_use(rt, d, S[0], DEVRT_ACCESS_WRITE));
+  cb_arg ca = {bptr(rt, e), bptr(rt, d), N * 4};
+  devrt_block_use u[] = {{d, DEVRT_ACCESS_READ}, {e, DEVRT_ACCESS_WRITE}};
+  devrt_launch_desc ld = {
+      .stream = S[0], .enqueue = enqueue_copy, .user = &ca, .uses = u, .nuses = 2};
+  CHECK_OK(devrt_launch(rt, &ld));
+  devrt_graph* g = NULL;
+  CHECK_OK(devrt_capture_end(rt, S[0], &g));
+  devrt_graph_info gi;
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 3 && gi.blocks == 2);
+  CHECK(b_wrong(rt, S[2], e, N, 0) == 0); /* nothing ran */
+  CHECK_OK(devrt_graph_launch(g, S[1]));
+  CHECK(b_wrong(rt, S[2], e, N, 5) == 0);
+  for (int i = 0; i < N; i++) host[i] = 6;
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  CHECK(b_wrong(rt, S[2], d, N, 6) == 0);
+  CHECK(b_wrong(rt, S[2], e, N, 6) == 0);
+  /* destroyed with a launch in flight behind a slow writer: the launch still runs, whole */
+  CHECK_OK(k_fill(rt, &K, S[1], d, 1, N, SLOW, true)); /* the graph overwrites it with 6s */
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  CHECK_OK(devrt_graph_destroy(g));
+  CHECK(b_wrong(rt, S[2], e, N, 6) == 0);
+  CHECK_OK(devrt_stream_synchronize(rt, S[0]));
+  free(host);
+  CHECK_OK(devrt_block_free(rt, d));
+  CHECK_OK(devrt_block_free(rt, e));
+}
+
+static void bad_inputs(void) {
+  devrt_graph* g = NULL;
+  CHECK_STATUS(devrt_capture_begin(NULL, S[0]), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_capture_begin(rt, 0), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_capture_end(rt, S[0], &g), DEVRT_ERR_INVALID_STATE); /* not capturing */
+  CHECK_STATUS(devrt_capture_end(rt, S[0], NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_capture_end(rt, 0, &g), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_graph_launch(NULL, S[0]), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_graph_destroy(NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  devrt_graph_info gi;
+  CHECK_STATUS(devrt_graph_info_get(NULL, &gi), DEVRT_ERR_INVALID_ARGUMENT);
+  /* a capture with a stale block is refused at the launch that names it; an empty capture is a
+   * graph that does nothing */
+  devrt_block b = alloc();
+  CHECK_OK(devrt_stream_synchronize(rt, S[3]));
+  CHECK_OK(devrt_block_free(rt, b));
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_STATUS(k_fill(rt, &K, S[0], b, 1, N, 0, true), DEVRT_ERR_STALE_BLOCK);
+  CHECK_OK(devrt_capture_end(rt, S[0], &g));
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 0 && gi.blocks == 0);
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  /* a graph on a capturing stream: refused */
+  devrt_graph* g2 = NULL;
+  CHECK_OK(devrt_capture_begin(rt, S[1]));
+  CHECK_STATUS(devrt_graph_launch(g, S[1]), DEVRT_ERR_INVALID_STATE);
+  CHECK_OK(devrt_capture_end(rt, S[1], &g2));
+  CHECK_OK(devrt_graph_destroy(g2));
+  CHECK_OK(devrt_graph_destroy(g));
+}
+
+int main(void) {
+  rt = t_runtime();
+  k_load(rt, &K);
+  for (int i = 0; i < 4; i++) S[i] = s_get(rt);
+  basic();
+  foreign();
+  bad_inputs();
+  for (int i = 0; i < 4; i++) CHECK_OK(devrt_stream_synchronize(rt, S[i]));
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  for (int i = 0; i < 4; i++) CHECK_OK(devrt_stream_release(rt, S[i]));
+  CHECK_OK(devrt_module_unload(rt, K.mod));
+  CHECK_OK(devrt_runtime_destroy(rt));
+  return t_done();
+}

@@ -1,0 +1,134 @@
+/* test_graph_stress.c: threads, each capturing graphs on a stream of its own (captures on several
+ * threads at once), then launching them on streams picked at random among every thread's, with a
+ * producer on another random stream (slow at times) writing the graph's input first and a reader
+ * on a third checking its output; at random the output is freed at once after a launch (the free
+ * waits for it) and the graph captured again over new blocks, and the old graph launched once
+ * more must fail with STALE_BLOCK. Another thread's attempts on a capturing stream must be
+ * refused. A wrong word is a corruption; 0 are allowed. Rounds: DEVRT_GRAPH_ROUNDS (default 100).
+ * Host backend (TSan in CI); DEVRT_BACKEND=cuda runs it on a GPU. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include "launch_util.h"
+
+enum { THREADS = 6, N = 4096 };
+
+static devrt_runtime* rt;
+static kernels K;
+static devrt_stream S[THREADS];
+static int rounds;
+static _Atomic uint64_t corrupt, failed, refused, stale;
+
+static uint64_t next(uint64_t* s) { /* xorshift64 */
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+#define OK(expr)                                                                 \
+  do {                                                                           \
+    devrt_status s_ = (expr);                                                    \
+    if (s_ != DEVRT_OK) {                                                        \
+      fprintf(stderr, "line %d: %s: %s\n", __LINE__, #expr, devrt_last_error()); \
+      atomic_fetch_add(&failed, 1);                                              \
+      return;                                                                    \
+    }                                                                            \
+  } while (0)
+
+typedef struct gset { /* a graph of out = in (copy) and flag = its id (fill) */
+  devrt_block in, out, flag;
+  devrt_graph* g;
+} gset;
+
+static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
+  devrt_block* b[] = {&x->in, &x->out, &x->flag};
+  for (int i = 0; i < 3; i++) OK(devrt_block_alloc(rt, N * 4, S[t], "graph", b[i]));
+  OK(k_fill(rt, &K, S[t], x->in, 0, N, 0, true));
+  OK(devrt_capture_begin(rt, S[t])); /* the others' calls on S[t] are refused meanwhile */
+  if (next(r) % 2) sched_yield();    /* let them try */
+  OK(k_copy(rt, &K, S[t], x->out, x->in, N, 0, true));
+  OK(k_fill(rt, &K, S[t], x->flag, id, N, 0, true));
+  OK(devrt_capture_end(rt, S[t], &x->g));
+}
+
+static void release(gset* x) {
+  if (x->g) devrt_graph_destroy(x->g);
+  devrt_block b[] = {x->in, x->out, x->flag};
+  for (int i = 0; i < 3; i++)
+    if (b[i]) devrt_block_free(rt, b[i]);
+  *x = (gset){0};
+}
+
+static void work(int t) {
+  uint64_t r = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
+  gset x = {0};
+  uint32_t id = (uint32_t)t << 16;
+  capture(t, &x, id, &r);
+  uint32_t* h = malloc(N * 4);
+  for (int i = 0; i < rounds && !atomic_load(&failed); i++) {
+    devrt_stream sp = S[next(&r) % THREADS], sg = S[next(&r) % THREADS], sr = S[next(&r) % THREADS];
+    uint32_t v = (uint32_t)i + 1;
+    uint64_t slow = next(&r) % 4 == 0 ? 2 * MS : 0;
+    /* another thread may capture sp, sg or sr now: then the call is refused, and retried on
+     * this thread's own stream, which only it captures */
+    devrt_status st = k_fill(rt, &K, sp, x.in, v, N, slow, true);
+    if (st == DEVRT_ERR_INVALID_STATE) atomic_fetch_add(&refused, 1), sp = S[t];
+    if (st == DEVRT_ERR_INVALID_STATE) st = k_fill(rt, &K, sp, x.in, v, N, slow, true);
+    OK(st);
+    if ((st = devrt_graph_launch(x.g, sg)) == DEVRT_ERR_INVALID_STATE)
+      atomic_fetch_add(&refused, 1), st = devrt_graph_launch(x.g, sg = S[t]);
+    OK(st);
+    if (next(&r) % 8 == 0) { /* freed at once after a launch, then captured anew */
+      devrt_graph* old = x.g;
+      x.g = NULL;
+      OK(devrt_block_free(rt, x.out)); /* waits for the launch */
+      x.out = 0;
+      if (devrt_graph_launch(old, S[t]) == DEVRT_ERR_STALE_BLOCK) atomic_fetch_add(&stale, 1);
+      OK(devrt_graph_destroy(old));
+      release(&x);
+      capture(t, &x, ++id, &r);
+      continue;
+    }
+    if ((st = b_read(rt, sr, x.out, h, N * 4)) == DEVRT_ERR_INVALID_STATE)
+      atomic_fetch_add(&refused, 1), st = b_read(rt, sr = S[t], x.out, h, N * 4);
+    OK(st);
+    uint64_t wrong = 0;
+    for (int k = 0; k < N; k++) wrong += h[k] != v;
+    OK(b_read(rt, S[t], x.flag, h, 4)); /* its own stream: only this thread captures it */
+    wrong += h[0] != id;
+    atomic_fetch_add(&corrupt, wrong);
+  }
+  free(h);
+  OK(devrt_stream_synchronize(rt, S[t]));
+  release(&x);
+}
+
+static void* thread_main(void* p) {
+  work((int)(intptr_t)p);
+  return NULL;
+}
+
+int main(void) {
+  const char* env = getenv("DEVRT_GRAPH_ROUNDS");
+  rounds = env ? atoi(env) : 100;
+  rt = t_runtime();
+  k_load(rt, &K);
+  for (int i = 0; i < THREADS; i++) S[i] = s_get(rt);
+  pthread_t th[THREADS];
+  for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, thread_main, (void*)(intptr_t)i);
+  for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+  printf(
+      "%d threads x %d rounds: %llu corrupted words, %llu failed calls, %llu refused on a "
+      "capturing stream, %llu stale launches refused\n",
+      THREADS, rounds, (unsigned long long)atomic_load(&corrupt),
+      (unsigned long long)atomic_load(&failed), (unsigned long long)atomic_load(&refused),
+      (unsigned long long)atomic_load(&stale));
+  CHECK(atomic_load(&corrupt) == 0);
+  CHECK(atomic_load(&failed) == 0);
+  CHECK(atomic_load(&stale) > 0);
+  for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_synchronize(rt, S[i]));
+  CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_release(rt, S[i]));
+  CHECK_OK(devrt_module_unload(rt, K.mod));
+  CHECK_OK(devrt_runtime_destroy(rt));
+  return t_done();
+}
