@@ -3,9 +3,9 @@
  * blocks with valid, stale, forged and foreign handles, launches with random use lists and shapes,
  * events, resource stacks with budgets and sub-budgets, sizes from 0 to SIZE_MAX, semaphores with
  * values past the maximum, queue submissions waiting for values that come later or never, layouts
- * with odd specs. Every status is checked against what the headers document for the call, live
- * allocations must never overlap, and at the end everything drains to zero. A finding prints the
- * seed, the call, devrt_last_error() and the thread's last calls.
+ * with odd specs, captures replayed as graphs. Every status is checked against what the headers
+ * document for the call, live allocations must never overlap, and at the end everything drains to
+ * zero. A finding prints the seed, the call, devrt_last_error() and the thread's last calls.
  *
  * usage: fuzz SEED [OPS_PER_THREAD] [THREADS]   one seed in this process (THREADS 0: 1..3 from
  *                                                the seed); exit 0 clean, 3 findings, 4 hang
@@ -1390,6 +1390,50 @@ static void op_torch(worker* w) {
   }
 }
 
+/* A capture on one of this thread's own streams (only when streams are not shared: another
+ * thread's call on it would be refused), a few fills of own blocks recorded, a synchronize
+ * refused naming the capture, the end, launches of the graph on own streams, at times one of its
+ * blocks freed and the next launch refused as STALE, and its destroy. */
+static void op_graph(worker* w) {
+  if (g_share_used || !w->nstreams || !w->nblocks) return;
+  devrt_stream s = w->streams[rn(&w->r, w->nstreams)];
+  if (CHK(devrt_capture_begin(g_rt, s), OK_) != DEVRT_OK) return;
+  CHK(devrt_stream_synchronize(g_rt, s), IST);
+  CHK(devrt_capture_begin(g_rt, s), IST);
+  unsigned fills = 1 + rn(&w->r, 4);
+  blk used[4];
+  for (unsigned i = 0; i < fills; i++) {
+    used[i] = w->blocks[rn(&w->r, w->nblocks)];
+    uint64_t cnt = used[i].size / 4;
+    uint32_t val = (uint32_t)rnext(&w->r);
+    void* args[3] = {&used[i].p, &val, &cnt};
+    devrt_block_use u = {used[i].h, DEVRT_ACCESS_WRITE};
+    devrt_launch_desc d = {.stream = s,
+                           .kernel = k_fill,
+                           .grid = {1},
+                           .block = {64},
+                           .args = args,
+                           .uses = &u,
+                           .nuses = 1};
+    CHK(devrt_launch(g_rt, &d), OK_);
+  }
+  devrt_graph* g = NULL;
+  if (CHK(devrt_capture_end(g_rt, s, &g), OK_) != DEVRT_OK) return;
+  CHK(devrt_capture_end(g_rt, s, &g), IST);
+  for (unsigned k = 1 + rn(&w->r, 3); k; k--)
+    CHK(devrt_graph_launch(g, w->streams[rn(&w->r, w->nstreams)]), OK_);
+  if (chance(&w->r, 30)) { /* a block it uses freed: the next launch is refused */
+    unsigned i = 0;
+    while (w->blocks[i].h != used[0].h) i++;
+    w->blocks[i] = w->blocks[--w->nblocks];
+    span_del(used[0].p);
+    CHK(devrt_block_free(g_rt, used[0].h), OK_);
+    dead_block(used[0].h);
+    CHK(devrt_graph_launch(g, s), STALE);
+  }
+  CHK(devrt_graph_destroy(g), OK_);
+}
+
 /* The call families, their letters (FZ_SKIP) and weights. */
 static const struct family {
   char letter;
@@ -1401,7 +1445,7 @@ static const struct family {
                 {'y', 5, op_res_free},   {'p', 3, op_reap},        {'o', 4, op_own_stack},
                 {'s', 8, op_sem},        {'u', 6, op_submit},      {'t', 4, op_partition},
                 {'k', 2, op_pool},       {'h', 1, op_shared},      {'c', 1, op_runtime},
-                {'i', 2, op_import},     {'z', 4, op_torch}};
+                {'i', 2, op_import},     {'z', 4, op_torch},       {'g', 2, op_graph}};
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 
 static void* worker_main(void* arg) {
