@@ -152,7 +152,7 @@ typedef struct dv_backend {
    * capture (thread-local mode) and an instantiated graph; host: the stream's ops kept in a
    * list, run in order by the launching stream's worker. */
   devrt_status (*capture_begin)(dv_stream* s);
-  devrt_status (*capture_end)(dv_stream* s, dv_graph** out);
+  devrt_status (*capture_end)(dv_dev* d, dv_stream* s, dv_graph** out);
   devrt_status (*graph_launch)(dv_graph* g, dv_stream* s);
   void (*graph_destroy)(dv_dev* d, dv_graph* g);
 } dv_backend;

@@ -403,22 +403,30 @@ DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned 
   return DEVRT_OK;
 }
 
-/* ---- graphs: stream capture (thread-local mode), instantiated at the end ---- */
+/* ---- graphs: stream capture, instantiated at the end ----
+ * Relaxed mode: the capture stream is devrt's own (src/launch/graph.c), nothing else enqueues on
+ * it, and the capturing thread goes on using devrt's other streams (a synchronize among them). */
 
 static devrt_status cu_capture_begin(dv_stream* s) {
   if (!D->has_graphs)
     return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuStreamBeginCapture: the driver (%d) lacks graphs",
                    D->version);
-  CU(D->cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-     "cuStreamBeginCapture", "(stream %p)", (void*)s);
+  CU(D->cuStreamBeginCapture((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture",
+     "(stream %p)", (void*)s);
   return DEVRT_OK;
 }
 
-static devrt_status cu_capture_end(dv_stream* s, dv_graph** out) {
+static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
   CUgraph g = NULL;
   CUgraphExec x = NULL;
   CU(D->cuStreamEndCapture((CUstream)s, &g), "cuStreamEndCapture", "(stream %p)", (void*)s);
+  devrt_status st = push(d, NULL); /* instantiation takes the caller's current context */
+  if (st != DEVRT_OK) {
+    D->cuGraphDestroy(g);
+    return st;
+  }
   CUresult r = D->cuGraphInstantiateWithFlags(&x, g, 0);
+  pop();
   D->cuGraphDestroy(g); /* the executable graph keeps what it needs */
   if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuGraphInstantiateWithFlags", "(captured graph)");
   *out = (dv_graph*)x;

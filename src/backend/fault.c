@@ -214,7 +214,9 @@ static void w_device_leave(dv_dev* d) {
   in()->device_leave(d);
 }
 static devrt_status w_capture_begin(dv_stream* s) { PASS(capture_begin, (s)); }
-static devrt_status w_capture_end(dv_stream* s, dv_graph** out) { PASS(capture_end, (s, out)); }
+static devrt_status w_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
+  PASS(capture_end, (d, s, out));
+}
 static devrt_status w_graph_launch(dv_graph* g, dv_stream* s) { PASS(graph_launch, (g, s)); }
 static void w_graph_destroy(dv_dev* d, dv_graph* g) {
   count(DV_OP_graph_destroy);

@@ -282,7 +282,8 @@ static devrt_status host_capture_begin(dv_stream* s) {
              : DEVRT_OK;
 }
 
-static devrt_status host_capture_end(dv_stream* s, dv_graph** out) {
+static devrt_status host_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
+  (void)d;
   dv_graph* g = calloc(1, sizeof *g);
   pthread_mutex_lock(&s->mu);
   bool was = s->capturing;

@@ -51,7 +51,7 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   atomic_store_explicit(&sl->cap_owner, 0, memory_order_relaxed); /* as in begin */
   sl->cap = NULL;
   dv_graph* exec = NULL;
-  devrt_status st = rt->be->capture_end(cap->ps, &exec);
+  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec);
   rt->be->stream_destroy(rt->dev, cap->ps);
   devrt_graph* g = st == DEVRT_OK ? calloc(1, sizeof *g + cap->n * sizeof *g->u) : NULL;
   if (st == DEVRT_OK && !g) {

@@ -105,7 +105,7 @@ class CliJson(unittest.TestCase):
         # --help on every command and subcommand: its usage on stdout, exit 0; --version
         for cmd in (["info"], ["stats"], ["replay"], ["demo"], ["bench"], ["bench", "demo"],
                     *[["bench", s] for s in ("device", "alloc", "launch", "sem", "partition",
-                                             "scale", "multi")]):
+                                             "scale", "multi", "graph")]):
             for flag in ("--help", "-h"):
                 with self.subTest(cmd=cmd, flag=flag):
                     rc, out, err = run([*cmd, flag], as_json=False)
@@ -155,7 +155,7 @@ class CliJson(unittest.TestCase):
                 self.assertIn(cause, m.group(1))
 
     def test_benches(self):
-        for suite in ["device", "alloc", "launch", "sem", "partition"]:
+        for suite in ["device", "alloc", "launch", "sem", "partition", "graph"]:
             with self.subTest(suite=suite):
                 doc = self.parse(["bench", suite, "--rounds", "3"])
                 self.assertEqual(doc["suite"], suite)

@@ -214,7 +214,7 @@ class Demo(unittest.TestCase):
         rc, out, err = run(["--ranks", "--devices", "2"])
         self.assertEqual(rc, 2)
         self.assertIn("--ranks runs one device per rank", err)
-        rc, out, err = run([*size_args(), "--ranks"], RANK="1", WORLD_SIZE="2", LOCAL_RANK="1",
+        rc, out, err = run([*size_args(), "--ranks"], RANK="1", WORLD_SIZE="2", LOCAL_RANK="0",
                            DEVRT_RENDEZVOUS="")
         self.assertEqual(rc, 1)
         self.assertIn("DEVRT_RENDEZVOUS", err)

@@ -18,6 +18,7 @@ int bench_sem(const cli_opts* o);
 int bench_partition(const cli_opts* o);
 int bench_scale(const cli_opts* o);
 int bench_multi(const cli_opts* o);
+int bench_graph(const cli_opts* o);
 /* examples/engine/cli.c: `devrt demo` and `devrt bench demo`; each parses its own options
  * (argv[0] is the command's name). */
 int cli_demo(int argc, char** argv);

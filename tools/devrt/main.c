@@ -70,6 +70,10 @@ static const struct command {
      "two devices (N, N+1): a semaphore chain hopping between them, a tracked peer copy, tracked "
      "all-reduces (NCCL) at 1 KiB, 1 MiB, 256 MiB, each vs the raw calls",
      bench_multi, O_ORDINAL | O_ROUNDS},
+    {"bench graph", "[--json] [--ordinal N] [--rounds R]",
+     "a captured region of 100 recorded launches replayed (devrt_graph_launch) vs the raw replay "
+     "of the same launches, and vs issuing the 100 recorded launches",
+     bench_graph, O_ORDINAL | O_ROUNDS},
     {"bench demo", "[--json] [--rounds R] [--tenants N] [--scale S] ...",
      "the demo on partitions and on plain streams: scan speed vs a device copy, busy fraction, "
      "isolation, memory",
