@@ -78,22 +78,10 @@ devrt_status devrt_graph_launch(devrt_graph* g, devrt_stream stream) {
   devrt_runtime* rt = g->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_graph_launch"));
-  unsigned slot = DV_SID_SLOT(stream);
-  dv_work k;
-  DV_CHECK(dv_work_init(&k, rt, slot, "devrt_graph_launch", g->u, g->n));
-  k.of = dv_slot_last(rt, slot);
-  DV_CHECK(dv_uses_pin(&k)); /* STALE_BLOCK for a block freed since the capture */
-  devrt_status st = dv_waits_issue(&k, s);
-  if (st == DEVRT_OK) st = rt->be->graph_launch(g->exec, s);
-  k.c.launches = st == DEVRT_OK;
-  dv_pev *ev = NULL, *old = NULL;
-  if (st == DEVRT_OK && k.x.n) {
-    st = dv_pev_mark(rt, slot, &ev, &old, &k.c);
-    if (st != DEVRT_OK) rt->be->stream_sync(s); /* untracked: let it finish first */
-  } else {
-    dv_counts_flush(rt, slot, &k.c);
-  }
-  dv_uses_finish(&k, ev, old, true);
+  /* one recorded launch over the union of the captured uses: waits, the repeat and group paths,
+   * the mark, as devrt_launch has them */
+  devrt_launch_desc d = {.stream = stream, .uses = g->u, .nuses = g->n};
+  devrt_status st = dv_launch_issue(rt, &d, stream, s, g->exec, NULL);
   if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
   return st;
 }

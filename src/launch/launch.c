@@ -188,7 +188,8 @@ devrt_status dv_launch_check(devrt_runtime* rt, const devrt_launch_desc* d) {
 }
 
 DV_HOT static devrt_status run(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
-                               dv_stream* s) {
+                               dv_stream* s, dv_graph* graph) {
+  if (graph) return rt->be->graph_launch(graph, s);
   if (d->enqueue) {
     dv_in_enqueue++; /* the launch's blocks are pinned meanwhile: a free here must not wait */
     devrt_status st = d->enqueue(d->user, id, rt->be->stream_native(s));
@@ -234,15 +235,17 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
 }
 
 DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d,
-                                               devrt_stream id, dv_stream* s, dv_pev** out) {
+                                               devrt_stream id, dv_stream* s, dv_graph* graph,
+                                               dv_pev** out) {
   unsigned slot = DV_SID_SLOT(id);
   dv_work k; /* the uses as given: the repeat and group paths match them against checked lists */
-  devrt_status st = dv_work_init(&k, rt, slot, "devrt_launch", d->uses, d->nuses);
+  devrt_status st =
+      dv_work_init(&k, rt, slot, graph ? "devrt_graph_launch" : "devrt_launch", d->uses, d->nuses);
   if (DV_UNLIKELY(st != DEVRT_OK)) return refuse(rt, st);
   /* The previous launch's uses again: no waits, its mark moves on. Not for a caller's enqueue,
    * which could call devrt_block_free, which waits for repeats in flight. */
   if (!out && !d->enqueue && dv_repeat_try(&k)) {
-    st = run(rt, d, id, s);
+    st = run(rt, d, id, s, graph);
     devrt_status end = dv_repeat_end(&k, st == DEVRT_OK);
     if ((st = st != DEVRT_OK ? st : end) != DEVRT_OK) return st;
     goto done;
@@ -253,7 +256,7 @@ DV_FLATTEN DV_HOT devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_la
   /* The slot's previous mark is recorded here, before this launch, only if something this launch
    * does not overwrite still refers to it; then the waits, the work, and this launch's own mark. */
   st = dv_waits_issue(&k, s);
-  if (st == DEVRT_OK) st = run(rt, d, id, s);
+  if (st == DEVRT_OK) st = run(rt, d, id, s, graph);
   k.c.launches = st == DEVRT_OK;
   dv_pev *ev = NULL, *old = NULL;
   if (st == DEVRT_OK && (k.x.n || out)) { /* no blocks: nothing to mark */
@@ -285,7 +288,7 @@ static DV_NOINLINE devrt_status captured(devrt_runtime* rt, const devrt_launch_d
                                          dv_capture* cap, dv_stream* s) {
   devrt_status st = dv_uses_check(d->uses, d->nuses, "devrt_launch");
   if (st == DEVRT_OK) st = dv_capture_add(rt, cap, d->uses, d->nuses, "devrt_launch");
-  if (st == DEVRT_OK) st = run(rt, d, d->stream, s);
+  if (st == DEVRT_OK) st = run(rt, d, d->stream, s, NULL);
   if (st == DEVRT_OK) cap->launches++;
   return st;
 }
@@ -301,12 +304,12 @@ DV_HOT devrt_status devrt_launch(devrt_runtime* rt, const devrt_launch_desc* d) 
     if ((st = dv_stream_or_capture(rt, d->stream, &s, &cap, "devrt_launch")) != DEVRT_OK)
       return refuse(rt, st);
     if (DV_UNLIKELY(cap)) return captured(rt, d, cap, s);
-    return dv_launch_issue(rt, d, d->stream, s, NULL);
+    return dv_launch_issue(rt, d, d->stream, s, NULL, NULL);
   }
   devrt_stream id = 0;
   if ((st = devrt_stream_acquire(rt, DEVRT_ACQUIRE_SHARE, &id)) != DEVRT_OK) return refuse(rt, st);
   if ((st = dv_stream_get(rt, id, &s, "devrt_launch")) == DEVRT_OK)
-    st = dv_launch_issue(rt, d, id, s, NULL);
+    st = dv_launch_issue(rt, d, id, s, NULL, NULL);
   DV_KEEP_ERROR(devrt_stream_release(rt, id));
   return st;
 }

@@ -15,9 +15,10 @@ const char* dv_launch_name(const devrt_launch_desc* d);
 /* Copies d's arguments into `data` (dv_launch_args_size bytes, 16-aligned) and points ptrs at them.
  */
 void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char* data);
-/* A recorded launch on held stream `id` (s its backend stream). With ev non-NULL an event is
- * recorded even with no uses, and *ev gets a reference to it. */
+/* A recorded launch on held stream `id` (s its backend stream): d's kernel, d's enqueue, or (graph
+ * non-NULL) an executable graph whose uses are d's. With ev non-NULL an event is recorded even
+ * with no uses, and *ev gets a reference to it. */
 devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
-                             dv_stream* s, dv_pev** ev);
+                             dv_stream* s, dv_graph* graph, dv_pev** ev);
 
 #endif

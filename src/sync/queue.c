@@ -55,7 +55,7 @@ static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev*
   switch (a->kind) {
     case DEVRT_WORK_LAUNCH:
       a->launch.stream = id;
-      return dv_launch_issue(rt, &a->launch, id, s, want);
+      return dv_launch_issue(rt, &a->launch, id, s, NULL, want);
     case DEVRT_WORK_ALLOC: {
       devrt_status st = dv_block_commit(rt, a->block, id, s, want);
       a->block = 0; /* committed, or released by the failed commit: nothing left to cancel */

@@ -63,25 +63,38 @@ typedef struct ring {
     int line;
     devrt_status st;
   } e[RING];
-  unsigned n; /* calls recorded so far */
+  unsigned n;      /* calls recorded so far */
+  const char* cur; /* the call in progress (a hang names it), and its line */
+  int cur_line;
 } ring;
 static _Thread_local ring* t_ring;
 static ring g_main_ring = {.id = -1};
+static ring* g_rings[8]; /* the workers' rings, for the alarm's report */
+static int g_nrings;
+
+/* Notes the call about to run (CHK's first step). */
+static void enter(const char* call, int line) {
+  ring* r = t_ring ? t_ring : &g_main_ring;
+  r->cur = call, r->cur_line = line;
+}
 
 static void record(const char* call, int line, devrt_status st) {
   ring* r = t_ring ? t_ring : &g_main_ring;
   r->e[r->n % RING].call = call, r->e[r->n % RING].line = line, r->e[r->n % RING].st = st;
   r->n++;
+  r->cur = NULL;
 }
 
-static void print_ring(void) {
-  ring* r = t_ring ? t_ring : &g_main_ring;
+/* Not instrumented for TSan: the alarm reads other threads' rings as they stop (a report ends). */
+__attribute__((no_sanitize_thread)) static void print_ring_of(const ring* r, unsigned last) {
   fprintf(stderr, "  reproduce: fuzz %llu %d %d; thread %d's last %u calls (oldest first):\n",
-          g_seed, g_ops, g_threads, r->id, r->n < RING ? r->n : RING);
-  for (unsigned i = r->n > RING ? r->n - RING : 0; i < r->n; i++)
+          g_seed, g_ops, g_threads, r->id, r->n < last ? r->n : last);
+  for (unsigned i = r->n > last ? r->n - last : 0; i < r->n; i++)
     fprintf(stderr, "    #%u line %d: %s -> %s\n", i, r->e[i % RING].line, r->e[i % RING].call,
             devrt_status_name(r->e[i % RING].st));
+  if (r->cur) fprintf(stderr, "    in progress, line %d: %s\n", r->cur_line, r->cur);
 }
+static void print_ring(void) { print_ring_of(t_ring ? t_ring : &g_main_ring, RING); }
 
 static void finding(const char* what, const char* call, int line, devrt_status st) {
   atomic_fetch_add(&g_findings, 1);
@@ -99,7 +112,7 @@ static devrt_status chk_(devrt_status st, unsigned allowed, const char* call, in
   return st;
 }
 /* The call's status must be one of `allowed`. */
-#define CHK(expr, allowed) chk_((expr), (allowed), #expr, __LINE__)
+#define CHK(expr, allowed) chk_((enter(#expr, __LINE__), (expr)), (allowed), #expr, __LINE__)
 #define ASSERT(cond, msg)                                                                      \
   do {                                                                                         \
     if (!(cond)) {                                                                             \
@@ -1548,13 +1561,15 @@ static void drain_worker(worker* w) {
   w->nstreams = 0;
 }
 
-/* A seed that runs past FZ_ALARM seconds is a hang (exit 4). */
+/* A seed that runs past FZ_ALARM seconds is a hang (exit 4): each thread's call in progress and
+ * its last calls are printed first (stdio in a signal handler: the process ends right after, and a
+ * hung thread is not inside stdio). */
 static void on_alarm(int sig) {
   (void)sig;
-  char buf[160];
-  int n = snprintf(buf, sizeof buf, "HANG seed=%llu (alarm); reproduce: fuzz %llu %d %d\n", g_seed,
-                   g_seed, g_ops, g_threads);
-  if (write(2, buf, (size_t)n) < 0) {}
+  fprintf(stderr, "HANG seed=%llu (alarm); reproduce: fuzz %llu %d %d\n", g_seed, g_seed, g_ops,
+          g_threads);
+  print_ring_of(&g_main_ring, 8);
+  for (int i = 0; i < g_nrings; i++) print_ring_of(g_rings[i], 8);
   _exit(4);
 }
 
@@ -1657,10 +1672,12 @@ static int run_seed(unsigned long long seed, int ops, int nth) {
   pthread_t th[8];
   for (int i = 0; i < nth; i++) {
     ws[i].id = ws[i].ring.id = i;
+    g_rings[i] = &ws[i].ring;
     ws[i].ops = ops;
     ws[i].r.s = g_seed * 0xD1B54A32D192ED03ull + (unsigned long long)i * 7919 + 3;
     for (int j = 0; j < 4; j++) rnext(&ws[i].r);
   }
+  g_nrings = nth;
   if (nth == 1)
     worker_main(&ws[0]);
   else {
@@ -1754,6 +1771,7 @@ static int run_seed(unsigned long long seed, int ops, int nth) {
   }
   for (int i = 0; i < NFW; i++) CHK(devrt_stream_synchronize(g_fw, g_fw_stream[i]), OK_);
   if (atomic_load(&g_torch_imported)) CHK(devrt_runtime_destroy(g_fw), IST);
+  g_nrings = 0;
   free(ws);
   alarm(0);
   int f = atomic_load(&g_findings);
