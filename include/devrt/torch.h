@@ -49,15 +49,30 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream);
  * sets devrt_last_error(). Thread-safe. */
 void devrt_torch_record_stream(void* ptr, void* stream);
 
+/* CUDA graphs (torch.cuda.graph under these entry points). An allocation for a stream being
+ * captured is made on the runtime's own stream with the thread's capture mode relaxed and waited
+ * for there, so nothing is enqueued on the capturing stream (whose work runs at each replay).
+ * Such an allocation, and any allocation freed on a capturing stream, is held when PyTorch frees
+ * it, since a replay may still use it and the pluggable interface does not say when a graph is
+ * destroyed: devrt_torch_graph_release(device) waits for all work on the device and gives back
+ * every held allocation (call it once the graphs that may use them are deleted; *bytes, which may
+ * be NULL, gets how many bytes). Allocations made for a capture that PyTorch has not freed stay
+ * live and are held when it does. INVALID_ARGUMENT for a device out of range; a failed free
+ * leaves the rest held. Thread-safe. */
+devrt_status devrt_torch_graph_release(int device, uint64_t* bytes);
+
 /* What the entry points did on one device since the process started. */
 typedef struct devrt_torch_stats {
-  uint64_t alloc_retries; /* allocations refused once, then tried again after the pending frees
-                           * were waited for and the cache emptied (PyTorch's num_alloc_retries) */
-  uint64_t ooms;          /* allocations refused after that too: NULL (PyTorch's num_ooms) */
-  uint64_t device_waits;  /* recorded streams a free was ordered after on the device */
-  uint64_t host_waits;    /* streams a free waited for on the host instead (see the free) */
-  uint64_t frees_retried; /* frees that failed once and were tried again */
-  uint64_t frees_failed;  /* frees that failed after all: the allocation stayed live */
+  uint64_t alloc_retries;    /* allocations refused once, then tried again after the pending frees
+                              * were waited for and the cache emptied (PyTorch's num_alloc_retries) */
+  uint64_t ooms;             /* allocations refused after that too: NULL (PyTorch's num_ooms) */
+  uint64_t device_waits;     /* recorded streams a free was ordered after on the device */
+  uint64_t host_waits;       /* streams a free waited for on the host instead (see the free) */
+  uint64_t frees_retried;    /* frees that failed once and were tried again */
+  uint64_t frees_failed;     /* frees that failed after all: the allocation stayed live */
+  uint64_t graph_allocs;     /* allocations for a stream being captured into a CUDA graph */
+  uint64_t graph_held_bytes; /* freed by PyTorch, held for graphs (devrt_torch_graph_release) */
+  uint64_t graph_released_bytes; /* given back by devrt_torch_graph_release */
 } devrt_torch_stats;
 
 /* A snapshot of device's counters (each read atomically). INVALID_ARGUMENT for a device out of

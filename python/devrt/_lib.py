@@ -139,7 +139,8 @@ class Figures(ctypes.Structure):  # devrt_resource_figures, resource.h
 
 class TorchStats(ctypes.Structure):  # devrt_torch_stats, torch.h
     _fields_ = [(name, ctypes.c_uint64) for name in (
-        "alloc_retries", "ooms", "device_waits", "host_waits", "frees_retried", "frees_failed")]
+        "alloc_retries", "ooms", "device_waits", "host_waits", "frees_retried", "frees_failed",
+        "graph_allocs", "graph_held_bytes", "graph_released_bytes")]
 
 
 DEVRT_REAP_WAIT = 1
@@ -181,6 +182,7 @@ _SIGNATURES = {
     "devrt_pool_reset_high": (c_status, [_P]),
     "devrt_pool_trim": (c_status, [_P, ctypes.c_size_t]),
     "devrt_torch_stats_get": (c_status, [ctypes.c_int, ctypes.POINTER(TorchStats)]),
+    "devrt_torch_graph_release": (c_status, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
     "devrt_comm_id_create": (c_status, [_P, ctypes.POINTER(ctypes.c_char * 128)]),
 }
 

@@ -17,6 +17,8 @@ what the program needs, or use segments(): PyTorch's own allocator over segments
 where a refusal is a torch.OutOfMemoryError (docs/python.md). Tensor.record_stream(s) reaches
 devrt through devrt_torch_record_stream: the tensor's free makes its own stream wait for s's work
 first.
+torch.cuda.graph works under use(): memory for the capture is held until
+release_graph_memory() (include/devrt/torch.h, docs/graphs.md).
 """
 import contextlib
 import ctypes
@@ -189,7 +191,21 @@ def memory_stats(device=None):
     for name in ("live_bytes", "pending_bytes", "cached_bytes", "limit_bytes", "available_bytes",
                  "cache_hits", "cache_misses"):
         out[f"devrt.{name}"] = f[name]
+    out["devrt.graph_held_bytes"] = t.graph_held_bytes
     return dict(sorted(out.items()))
+
+
+def release_graph_memory(device=None):
+    """Gives back what devrt holds for CUDA graphs on `device` (None: PyTorch's current one):
+    under use(), an allocation PyTorch makes while torch.cuda.graph captures, and any tensor
+    freed on a capturing stream, is held when PyTorch frees it, since a replay may still use it.
+    Call this once the graphs are deleted; it waits for all work on the device. Returns the bytes
+    given back (devrt_torch_graph_release)."""
+    import ctypes
+
+    got = ctypes.c_uint64(0)
+    _lib.check(_lib.load().devrt_torch_graph_release(_device(device), ctypes.byref(got)))
+    return got.value
 
 
 def reset_peak_memory_stats(device=None):

@@ -149,13 +149,19 @@ typedef struct dv_backend {
    * not run (s is a stream of devrt's own that nothing else uses meanwhile), and becomes an
    * executable graph; graph_launch enqueues all of it on a stream as one piece of work;
    * graph_destroy may come while launches are in flight (they finish first). cuda: stream
-   * capture (thread-local mode) and an instantiated graph; host: the stream's ops kept in a
-   * list, run in order by the launching stream's worker. */
+   * capture (relaxed mode) and an instantiated graph; host: the stream's ops kept in a list, run
+   * in order by the launching stream's worker. stream_capturing: whether anyone (a framework's
+   * capture of a foreign stream too) captures s; capture_mode_swap: exchanges the calling
+   * thread's capture mode (DV_CAPTURE_MODE_*) with *mode (host: nothing to exchange). */
   devrt_status (*capture_begin)(dv_stream* s);
   devrt_status (*capture_end)(dv_dev* d, dv_stream* s, dv_graph** out);
   devrt_status (*graph_launch)(dv_graph* g, dv_stream* s);
   void (*graph_destroy)(dv_dev* d, dv_graph* g);
+  devrt_status (*stream_capturing)(dv_stream* s, bool* out);
+  void (*capture_mode_swap)(int* mode);
 } dv_backend;
+/* capture_mode_swap's modes: CUstreamCaptureMode's values. */
+enum { DV_CAPTURE_MODE_GLOBAL = 0, DV_CAPTURE_MODE_THREAD_LOCAL = 1, DV_CAPTURE_MODE_RELAXED = 2 };
 _Static_assert(offsetof(dv_backend, name) == 64, "the hot calls fill the table's first line");
 
 extern const dv_backend dv_host_backend;

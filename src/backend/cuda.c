@@ -433,6 +433,19 @@ static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
   return DEVRT_OK;
 }
 
+static devrt_status cu_stream_capturing(dv_stream* s, bool* out) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (D->has_graphs)
+    CU(D->cuStreamIsCapturing((CUstream)s, &st), "cuStreamIsCapturing", "(stream %p)", (void*)s);
+  *out = st != CU_STREAM_CAPTURE_STATUS_NONE; /* an invalidated capture is still one */
+  return DEVRT_OK;
+}
+
+static void cu_capture_mode_swap(int* mode) {
+  CUstreamCaptureMode m = (CUstreamCaptureMode)*mode;
+  if (D->has_graphs && D->cuThreadExchangeStreamCaptureMode(&m) == CUDA_SUCCESS) *mode = (int)m;
+}
+
 static devrt_status cu_graph_launch(dv_graph* g, dv_stream* s) {
   CU(D->cuGraphLaunch((CUgraphExec)g, (CUstream)s), "cuGraphLaunch", "(stream %p)", (void*)s);
   return DEVRT_OK;
@@ -682,6 +695,8 @@ const dv_backend dv_cuda_backend = {
     .device_leave = cu_device_leave,
     .capture_begin = cu_capture_begin,
     .capture_end = cu_capture_end,
+    .stream_capturing = cu_stream_capturing,
+    .capture_mode_swap = cu_capture_mode_swap,
     .graph_launch = cu_graph_launch,
     .graph_destroy = cu_graph_destroy,
 };

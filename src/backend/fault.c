@@ -222,6 +222,13 @@ static void w_graph_destroy(dv_dev* d, dv_graph* g) {
   count(DV_OP_graph_destroy);
   in()->graph_destroy(d, g);
 }
+static devrt_status w_stream_capturing(dv_stream* s, bool* out) {
+  PASS(stream_capturing, (s, out));
+}
+static void w_capture_mode_swap(int* mode) {
+  count(DV_OP_capture_mode_swap);
+  in()->capture_mode_swap(mode);
+}
 
 static const dv_backend wrap_all = {
     .launch = w_launch,
@@ -274,6 +281,8 @@ static const dv_backend wrap_all = {
     .capture_end = w_capture_end,
     .graph_launch = w_graph_launch,
     .graph_destroy = w_graph_destroy,
+    .stream_capturing = w_stream_capturing,
+    .capture_mode_swap = w_capture_mode_swap,
 };
 
 /* The table seen as entry-sized words (`name` and padding included): an entry the real backend

@@ -18,7 +18,7 @@
   X(module_load_host) X(module_unload) X(kernel_get) X(kernel_params) X(sm_resource) X(sm_split) \
   X(green_create) X(green_resource) X(green_destroy) X(fault_arm) X(peer_query) X(peer_enable)   \
   X(peer_disable) X(memcpy_peer) X(device_enter) X(device_leave) X(capture_begin) X(capture_end) \
-  X(graph_launch) X(graph_destroy)
+  X(graph_launch) X(graph_destroy) X(stream_capturing) X(capture_mode_swap)
 /* clang-format on */
 
 #define DV_OP_ENUM_(name) DV_OP_##name,

@@ -282,6 +282,15 @@ static devrt_status host_capture_begin(dv_stream* s) {
              : DEVRT_OK;
 }
 
+static devrt_status host_stream_capturing(dv_stream* s, bool* out) {
+  pthread_mutex_lock(&s->mu);
+  *out = s->capturing;
+  pthread_mutex_unlock(&s->mu);
+  return DEVRT_OK;
+}
+
+static void host_capture_mode_swap(int* mode) { (void)mode; /* host captures have no modes */ }
+
 static devrt_status host_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
   (void)d;
   dv_graph* g = calloc(1, sizeof *g);
@@ -933,6 +942,8 @@ const dv_backend dv_host_backend = {
     .device_leave = host_device_leave,
     .capture_begin = host_capture_begin,
     .capture_end = host_capture_end,
+    .stream_capturing = host_stream_capturing,
+    .capture_mode_swap = host_capture_mode_swap,
     .graph_launch = host_graph_launch,
     .graph_destroy = host_graph_destroy,
 };

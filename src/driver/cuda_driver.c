@@ -22,12 +22,14 @@ static void* lib;
 static get_proc_v2_fn get_proc_v2;
 static get_proc_v1_fn get_proc_v1;
 
-static void* resolve(const char* sym) {
+/* sym as the driver has it for a program built against CUDA `version` */
+static void* resolve_at(const char* sym, int version) {
   void* fn = NULL;
-  CUresult r = get_proc_v2 ? get_proc_v2(sym, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, NULL)
-                           : get_proc_v1(sym, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+  CUresult r = get_proc_v2 ? get_proc_v2(sym, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, NULL)
+                           : get_proc_v1(sym, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT);
   return r == CUDA_SUCCESS ? fn : NULL;
 }
+static void* resolve(const char* sym) { return resolve_at(sym, CUDA_VERSION); }
 
 #define DV_CU_RESOLVE(name) ok &= (drv.name = (__typeof__(drv.name))resolve(#name)) != NULL;
 #define DV_CU_MISSING(name) \
@@ -61,6 +63,9 @@ static void load(void) {
              missing);
     return;
   }
+  /* cuda.h declares cuCtxSynchronize(void), but from CUDA 13 that name resolves to a version
+   * that takes the context: ask for the one the declaration describes */
+  drv.cuCtxSynchronize = resolve_at("cuCtxSynchronize", 2000);
   ok = true;
   DV_CU_POOL(DV_CU_RESOLVE) drv.has_pools = ok;
   ok = true;

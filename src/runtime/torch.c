@@ -4,7 +4,8 @@
  * forgetting the import, imports again under the table's mutex. Entries are never removed: the
  * imports are held for the life of the process, so the keys are at most the slots there are.
  * Tensor.record_stream's streams are kept per pointer until its free, which is ordered after their
- * work on the device where devrt can, else waits for it on the host. */
+ * work on the device where devrt can, else waits for it on the host. Allocations for a stream
+ * PyTorch captures into a CUDA graph are made off that stream and held on free until released. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "devrt/torch.h"
@@ -103,6 +104,7 @@ static _Atomic unsigned nrecs; /* entries: a free looks in the table only when s
 
 static struct { /* devrt_torch_stats of each ordinal (relaxed: counters) */
   _Atomic uint64_t alloc_retries, ooms, device_waits, host_waits, frees_retried, frees_failed;
+  _Atomic uint64_t graph_allocs, graph_held_bytes, graph_released_bytes;
 } counts[DEVRT_MAX_ORDINALS];
 /* The device is valid: its runtime was found first. */
 #define COUNT(device, field) \
@@ -218,7 +220,10 @@ devrt_status devrt_torch_stats_get(int device, devrt_torch_stats* out) {
                              .device_waits = READ(device_waits),
                              .host_waits = READ(host_waits),
                              .frees_retried = READ(frees_retried),
-                             .frees_failed = READ(frees_failed)};
+                             .frees_failed = READ(frees_failed),
+                             .graph_allocs = READ(graph_allocs),
+                             .graph_held_bytes = READ(graph_held_bytes),
+                             .graph_released_bytes = READ(graph_released_bytes)};
 #undef READ
   return DEVRT_OK;
 }
@@ -240,6 +245,125 @@ static devrt_status torch_allocate(devrt_resource* r, size_t size, devrt_stream 
   return s;
 }
 
+/* ---- CUDA graphs: allocations a captured graph may use ----
+ * Work enqueued on a capturing stream runs only at each replay of the graph, so an allocation
+ * for such a stream is made on the runtime's own stream, with the thread's capture mode relaxed
+ * (as PyTorch does around cudaMalloc), and waited for there: nothing is enqueued on the capturing
+ * stream. That allocation, and any allocation freed on a capturing stream, is held on its free
+ * (a replay may still use it; PyTorch's pluggable interface says nothing of a graph's lifetime)
+ * until devrt_torch_graph_release gives the held ones back. */
+
+typedef struct cap {
+  void* ptr;
+  size_t size;
+  bool freed; /* held: PyTorch freed it, devrt has not */
+  struct cap* next;
+} cap;
+static pthread_mutex_t caps_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver call */
+static cap* caps[DEVRT_MAX_ORDINALS];                       /* each device's (caps_mu) */
+static _Atomic unsigned ncaps; /* entries: a free looks in the lists only when some exist */
+
+static devrt_status capturing(devrt_runtime* rt, devrt_stream id, bool* out) {
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_get(rt, id, &s, "devrt_torch"));
+  return rt->be->stream_capturing(s, out);
+}
+
+/* Adds (ptr, size) to device's list; false out of host memory. */
+static bool caps_add(int device, void* ptr, size_t size, bool freed) {
+  cap* c = malloc(sizeof *c);
+  if (!c) return false;
+  pthread_mutex_lock(&caps_mu);
+  *c = (cap){ptr, size, freed, caps[device]};
+  caps[device] = c;
+  atomic_fetch_add_explicit(&ncaps, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&caps_mu);
+  return true;
+}
+
+/* An allocation for a capturing stream (see above). */
+static DV_NOINLINE devrt_status alloc_for_capture(devrt_runtime* rt, devrt_resource* r, size_t size,
+                                                  int device, void** p) {
+  int mode = DV_CAPTURE_MODE_RELAXED;
+  rt->be->capture_mode_swap(&mode);
+  devrt_stream own = 0;
+  devrt_status s = dv_internal_stream(rt, &own);
+  if (s == DEVRT_OK) s = torch_allocate(r, size, own, device, p);
+  if (s == DEVRT_OK && (s = devrt_stream_synchronize(rt, own)) == DEVRT_OK &&
+      !caps_add(device, *p, size, false))
+    s = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "out of host memory");
+  if (s != DEVRT_OK && *p) {
+    DV_KEEP_ERROR(devrt_resource_deallocate(r, *p, size, own));
+    *p = NULL;
+  }
+  rt->be->capture_mode_swap(&mode);
+  if (s == DEVRT_OK) COUNT(device, graph_allocs);
+  return s;
+}
+
+/* Whether the free of ptr is held instead (see above): an allocation made for a capture, or one
+ * freed on a capturing stream. Its recorded streams are dropped: the release waits for all. */
+static bool held(devrt_runtime* rt, int device, void* ptr, size_t size, void* stream) {
+  bool found = false;
+  if (atomic_load_explicit(&ncaps, memory_order_relaxed)) {
+    pthread_mutex_lock(&caps_mu);
+    for (cap* c = caps[device]; c && !found; c = c->next)
+      if (c->ptr == ptr && !c->freed) c->freed = found = true;
+    pthread_mutex_unlock(&caps_mu);
+  }
+  devrt_stream id = 0;
+  bool cap = false;
+  if (!found && torch_stream(rt, device, stream, &id) == DEVRT_OK &&
+      capturing(rt, id, &cap) == DEVRT_OK && cap)
+    found = caps_add(device, ptr, size, true); /* out of host memory: freed as usual below */
+  if (!found) return false;
+  for (rec *mine = recs_take(ptr), *x; (x = mine) != NULL; free(x)) mine = x->next;
+  atomic_fetch_add_explicit(&counts[device].graph_held_bytes, size, memory_order_relaxed);
+  return true;
+}
+
+devrt_status devrt_torch_graph_release(int device, uint64_t* bytes) {
+  dv_error_clear();
+  DV_ARG_CHECK(device >= 0 && device < DEVRT_MAX_ORDINALS, "devrt_torch_graph_release",
+               "device %d is out of [0, %d)", device, DEVRT_MAX_ORDINALS);
+  devrt_runtime* rt;
+  devrt_resource* r;
+  devrt_stream own = 0;
+  DV_CHECK(devrt_runtime_get(device, &rt));
+  DV_CHECK(devrt_runtime_resource(rt, &r));
+  DV_CHECK(dv_internal_stream(rt, &own));
+  cap *mine = NULL, *keep = NULL;
+  pthread_mutex_lock(&caps_mu);
+  for (cap *c = caps[device], *n; c; c = n) {
+    n = c->next;
+    if (c->freed)
+      c->next = mine, mine = c;
+    else
+      c->next = keep, keep = c;
+  }
+  caps[device] = keep;
+  pthread_mutex_unlock(&caps_mu);
+  /* every replay that may use them done: all work on the device (its per-thread stream's sync is
+   * the context's) */
+  devrt_status s = mine ? rt->be->stream_sync_native(rt->dev, DEVRT_STREAM_PER_THREAD) : DEVRT_OK;
+  uint64_t n = 0;
+  for (cap* c; s == DEVRT_OK && (c = mine) != NULL; free(c)) {
+    if ((s = devrt_resource_deallocate(r, c->ptr, c->size, own)) != DEVRT_OK) break;
+    mine = c->next, n += c->size;
+    atomic_fetch_sub_explicit(&ncaps, 1, memory_order_relaxed);
+  }
+  for (cap* c; (c = mine) != NULL;) { /* a failure: the rest stay held */
+    mine = c->next;
+    pthread_mutex_lock(&caps_mu);
+    c->next = caps[device], caps[device] = c;
+    pthread_mutex_unlock(&caps_mu);
+  }
+  atomic_fetch_sub_explicit(&counts[device].graph_held_bytes, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&counts[device].graph_released_bytes, n, memory_order_relaxed);
+  if (bytes) *bytes = n;
+  return s;
+}
+
 void* devrt_torch_alloc(size_t size, int device, void* stream) {
   dv_error_clear();
   if (size == 0) return NULL;
@@ -250,7 +374,11 @@ void* devrt_torch_alloc(size_t size, int device, void* stream) {
   devrt_status s = devrt_runtime_get(device, &rt);
   if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
-  if (s == DEVRT_OK) s = torch_allocate(r, size, id, device, &p);
+  bool cap = false;
+  if (s == DEVRT_OK) s = capturing(rt, id, &cap);
+  if (s == DEVRT_OK)
+    s = DV_UNLIKELY(cap) ? alloc_for_capture(rt, r, size, device, &p)
+                         : torch_allocate(r, size, id, device, &p);
   if (s != DEVRT_OK) {
     refail(s, "devrt_torch_alloc", size, device, stream);
     return NULL;
@@ -273,6 +401,7 @@ void devrt_torch_free(void* ptr, size_t size, int device, void* stream) {
    * them. PyTorch never retries a free, so one that fails (a transient backend failure) is tried
    * once more here from the start; INVALID_ARGUMENT (not devrt's pointer, a wrong size, a stream
    * that is not one) would fail again. */
+  if (DV_UNLIKELY(held(rt, device, ptr, size, stream))) return;
   rec* mine = recs_take(ptr);
   devrt_stream id = 0;
   for (int attempt = 0; attempt < 2; attempt++) {

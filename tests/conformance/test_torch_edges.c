@@ -3,8 +3,9 @@
  * a slow reader on another stream still uses (record_stream) must not let the memory go before
  * the reader is done, must not fail for a failed event or wait (PyTorch never retries a free), and
  * must not leak: the reader checks a canary, and after a waiting reap nothing is live or pending.
- * Two host devices (the second for another device's stream); the process-wide runtimes are
- * created with fault injection enabled. Host backend. */
+ * Allocations for a stream being captured into a graph are held until released. Two host devices
+ * (the second for another device's stream); the process-wide runtimes are created with fault
+ * injection enabled. Host backend. */
 #include <pthread.h>
 #include <unistd.h>
 #include "backend/fault.h"
@@ -193,6 +194,54 @@ static void case_owner_destroy(void) {
   CHECK(devrt_last_error()[0] == 0);
 }
 
+/* torch.cuda.graph: an allocation for a capturing stream is made off it and held at its free, as
+ * is any allocation freed on a capturing stream, until devrt_torch_graph_release gives them back;
+ * one made for a capture that is still live stays live through a release. */
+static void case_capture(void) {
+  devrt_runtime* r = rts[0];
+  dv_stream* s = new_stream(r);
+  void* n = nat(r, s);
+  devrt_torch_stats t0, t1;
+  devrt_resource_figures f0 = figures(0);
+  REQUIRE_OK(devrt_torch_stats_get(0, &t0));
+  REQUIRE_OK(r->be->capture_begin(s));
+  void* p = devrt_torch_alloc(4096, 0, n);    /* for the capture */
+  void* q = devrt_torch_alloc(4096, 0, NULL); /* an ordinary one, freed on the capturing stream */
+  CHECK(p && q);
+  if (p) memset(p, 1, 4096); /* usable now: nothing of it waits on the capturing stream */
+  devrt_torch_free(p, 4096, 0, n);
+  devrt_torch_free(q, 4096, 0, n);
+  CHECK(devrt_last_error()[0] == 0);
+  dv_graph* g = NULL;
+  REQUIRE_OK(r->be->capture_end(r->dev, s, &g));
+  r->be->graph_destroy(r->dev, g);
+  REQUIRE_OK(devrt_torch_stats_get(0, &t1));
+  CHECK(t1.graph_allocs == t0.graph_allocs + 1);
+  CHECK(t1.graph_held_bytes == t0.graph_held_bytes + 8192);
+  CHECK(figures(0).live_bytes == f0.live_bytes + 8192); /* held, not freed */
+  uint64_t got = 0;
+  CHECK_OK(devrt_torch_graph_release(0, &got));
+  CHECK(got == 8192);
+  CHECK(figures(0).live_bytes == f0.live_bytes);
+
+  REQUIRE_OK(r->be->capture_begin(s));
+  p = devrt_torch_alloc(4096, 0, n);
+  REQUIRE_OK(r->be->capture_end(r->dev, s, &g));
+  r->be->graph_destroy(r->dev, g);
+  CHECK_OK(devrt_torch_graph_release(0, &got));
+  CHECK(got == 0 && figures(0).live_bytes == f0.live_bytes + 4096); /* live: not PyTorch's free */
+  devrt_torch_free(p, 4096, 0, n); /* the stream no longer captures: held all the same */
+  CHECK(figures(0).live_bytes == f0.live_bytes + 4096);
+  CHECK_OK(devrt_torch_graph_release(0, NULL));
+  CHECK(figures(0).live_bytes == f0.live_bytes);
+  REQUIRE_OK(devrt_torch_stats_get(0, &t1));
+  CHECK(t1.graph_held_bytes == t0.graph_held_bytes);
+  CHECK(t1.graph_released_bytes == t0.graph_released_bytes + 12288);
+  CHECK_STATUS(devrt_torch_graph_release(-1, NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(devrt_torch_graph_release(DEVRT_MAX_ORDINALS, NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  r->be->stream_destroy(r->dev, s);
+}
+
 int main(void) {
   setenv("DEVRT_HOST_DEVICES", "2", 1);
   dv_fault_enable(); /* before the process-wide runtimes: they call through the wrapper */
@@ -219,5 +268,6 @@ int main(void) {
   case_retry();
   case_oom();
   case_owner_destroy();
+  case_capture();
   return t_done();
 }

@@ -327,6 +327,14 @@ class Package(unittest.TestCase):
         self.assertEqual(m1["num_alloc_retries"], m0["num_alloc_retries"] + 1)
         self.assertEqual(m1["num_ooms"], m0["num_ooms"] + 1)
 
+    def test_torch_release_graph_memory(self):
+        # nothing held for graphs on the host (no stream of PyTorch's captures here): 0 bytes;
+        # the C side is test_torch_edges's case_capture; a bad device is refused
+        self.assertEqual(devrt.torch.release_graph_memory(0), 0)
+        self.assertEqual(devrt.torch.memory_stats(0)["devrt.graph_held_bytes"], 0)
+        with self.assertRaises(devrt.DevrtError):
+            devrt.torch.release_graph_memory(-1)
+
     def test_torch_memory_stats_keys_peaks_summary(self):
         m = devrt.torch.memory_stats()
         self.assertEqual(list(m), sorted(m))  # sorted by key, as PyTorch's

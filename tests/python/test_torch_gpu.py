@@ -1,7 +1,8 @@
 """test_torch_gpu.py: devrt as PyTorch's allocator on a GPU, each case in processes of its own:
 the three training workloads of devrt/bench/workloads.py against PyTorch's native allocator
 (same seed), a budget below what a tensor needs, a tensor read on another stream while its
-memory is freed and reallocated, and devrt.torch.memory_stats()'s keys against PyTorch's. Skips
+memory is freed and reallocated, devrt.torch.memory_stats()'s keys against PyTorch's, and
+torch.cuda.graph under use() and segments(). Skips
 without torch or a GPU (exit 77 when every test skipped; a failure under DEVRT_REQUIRE_GPU=1
 without a GPU). About 3 minutes on an H100:
 
@@ -181,6 +182,85 @@ class Budget(unittest.TestCase):
         # Every segment PyTorch holds came from devrt, backward's included; within the budget.
         self.assertEqual(doc["reserved"], doc["devrt"]["current"], doc)
         self.assertLessEqual(doc["devrt"]["peak"], 1 << 30)
+
+GRAPH = """
+    import ctypes, json, devrt, devrt.torch
+    from devrt import _lib
+    MODE = "%s"
+    if MODE == "use":
+        devrt.torch.use(0)
+    import contextlib, torch
+    out = {}
+    ctx = devrt.torch.segments(0) if MODE == "segments" else contextlib.nullcontext()
+    with ctx as pool, torch.no_grad():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
+                                    torch.nn.Linear(1024, 512)).cuda()
+        x = torch.randn(64, 512, device="cuda")
+        side = torch.cuda.Stream()  # warm-up on a side stream, as PyTorch's docs ask
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        # under segments(), a second devrt MemPool for the graph's private pool (PyTorch records
+        # to one pool at a time; segments() records to its own), alive as long as the graph
+        gpool = devrt.torch.mem_pool(0) if pool else None
+        with torch.cuda.graph(g, pool=gpool.id if gpool else None):
+            y = model(x)
+        # allocated after the capture: must share no memory with what the graph uses
+        keep = [torch.full((64, 1024), 3.0, device="cuda") for _ in range(16)]
+        errs = []
+        for _ in range(3):
+            nx = torch.randn(64, 512, device="cuda")
+            x.copy_(nx)
+            g.replay()
+            errs.append(float((y - model(nx)).abs().max()))
+        torch.cuda.synchronize()
+        out["max_err"] = max(errs)
+        out["keep_intact"] = all(bool((k == 3.0).all()) for k in keep)
+        t = _lib.TorchStats()
+        _lib.check(_lib.load().devrt_torch_stats_get(0, ctypes.byref(t)))
+        out["graph_allocs"], out["held"] = t.graph_allocs, t.graph_held_bytes
+        del g, y, keep
+        torch.cuda.synchronize()
+    del gpool  # outside segments(): PyTorch destroys a MemPool only when none is recording
+    out["released"] = devrt.torch.release_graph_memory(0)
+    out["held_after"] = devrt.torch.memory_stats(0)["devrt.graph_held_bytes"]
+    out["error"] = devrt.last_error()
+    print(json.dumps(out))
+"""
+
+
+class Graphs(unittest.TestCase):
+    """torch.cuda.graph: a model's forward captured, replayed with new inputs equal to eager, and
+    tensors allocated after the capture left intact by the replays."""
+
+    @classmethod
+    def setUpClass(cls):
+        require("torch")
+
+    def check(self, mode):
+        doc = last_json(self, *py(GRAPH % mode))
+        self.assertLessEqual(doc["max_err"], 1e-5, doc)
+        self.assertTrue(doc["keep_intact"], doc)
+        self.assertEqual(doc["held_after"], 0, doc)
+        return doc
+
+    def test_under_use(self):
+        # every allocation of the capture goes through devrt: made off the capturing stream, the
+        # freed ones held until release_graph_memory()
+        doc = self.check("use")
+        self.assertGreater(doc["graph_allocs"], 0, doc)
+        self.assertGreater(doc["held"], 0, doc)
+        self.assertGreaterEqual(doc["released"], doc["held"], doc)
+
+    def test_under_segments(self):
+        # PyTorch's allocator keeps the graph's private pool (here a devrt MemPool): the segments
+        # it asks for during the capture come from devrt, made off the capturing stream
+        doc = self.check("segments")
+        self.assertGreater(doc["graph_allocs"], 0, doc)
 
 
 CROSS = """
