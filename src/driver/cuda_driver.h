@@ -77,14 +77,14 @@
 
 /* Stream capture and graphs (CUDA 11.4+; tests and benchmarks use them on partition streams). */
 // clang-format off: one X a line
-#define DV_CU_GRAPH(X)                 \
-  X(cuStreamBeginCapture)              \
-  X(cuStreamEndCapture)                \
-  X(cuGraphInstantiateWithFlags)       \
-  X(cuGraphLaunch)                     \
-  X(cuGraphExecDestroy)                \
-  X(cuGraphDestroy)                    \
-  X(cuStreamIsCapturing)               \
+#define DV_CU_GRAPH(X)           \
+  X(cuStreamBeginCapture)        \
+  X(cuStreamEndCapture)          \
+  X(cuGraphInstantiateWithFlags) \
+  X(cuGraphLaunch)               \
+  X(cuGraphExecDestroy)          \
+  X(cuGraphDestroy)              \
+  X(cuStreamIsCapturing)         \
   X(cuThreadExchangeStreamCaptureMode)
 // clang-format on
 
