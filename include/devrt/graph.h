@@ -6,9 +6,16 @@
  * the capture's), foreign work through devrt_prepare_block_use / devrt_finish_block_use, and
  * devrt_memcpy_async / devrt_memset_async. Every other call on a capturing stream, and every call
  * on it from another thread, is refused with INVALID_STATE naming the capture (a synchronize, an
- * allocation or a free on it, a submission, an event, a collective, a release), so nothing runs
- * unrecorded in the middle of a capture. The stream itself runs nothing meanwhile: recording
- * happens on a stream of the capture's own.
+ * allocation from a resource or a pool on it, a submission, an event, a collective, a release),
+ * so nothing runs unrecorded in the middle of a capture. The stream itself runs nothing
+ * meanwhile: recording happens on a stream of the capture's own.
+ *
+ * Memory under capture: devrt_block_alloc on the capturing stream (capturing thread) allocates at
+ * once, from the stream's resource, so the block has one address for every launch of the graph.
+ * devrt_block_free of such a block in the same capture, after the capture used it, gives it to
+ * the graph: the caller's handle is stale from then on, and the memory stays allocated (counted
+ * by the budget) until devrt_graph_destroy, whose free waits for the launches still running. A
+ * block allocated in a capture and not freed there is an ordinary block afterwards.
  *
  * A graph's launch is one recorded launch whose uses are the union of the captured uses (one
  * entry a block, a read and a write of it merged to READ_WRITE): it waits, outside the graph,
@@ -18,10 +25,10 @@
  * the graph's next launch fail with STALE_BLOCK before anything is enqueued. A graph may be
  * launched on any stream of its runtime (not a capturing one), any number of times.
  *
- * Backends. cuda: CUDA stream capture (thread-local mode) into an instantiated CUDA graph, one
+ * Backends. cuda: CUDA stream capture (relaxed mode) into an instantiated CUDA graph, one
  * cuGraphLaunch a launch. host: the captured operations kept in order and run by the launching
- * stream's worker. docs/graphs.md has the model and what a capture does not yet take
- * (allocations, other streams joined in by events, collectives). */
+ * stream's worker. docs/graphs.md has the model and what a capture does not yet take (other
+ * streams joined in by events, collectives, queued allocations). */
 #ifndef DEVRT_GRAPH_H
 #define DEVRT_GRAPH_H
 
@@ -56,7 +63,9 @@ devrt_status devrt_graph_launch(devrt_graph* graph, devrt_stream stream);
 /* What the graph holds and how often it ran. Thread-safe. */
 devrt_status devrt_graph_info_get(devrt_graph* graph, devrt_graph_info* out);
 
-/* Destroys the graph; launches in flight finish first. Not thread-safe with other calls on it. */
+/* Destroys the graph; launches in flight finish first, and so do the frees of the blocks it owns
+ * (see above: a failed free is returned, the rest go on). Not thread-safe with other calls on it.
+ */
 devrt_status devrt_graph_destroy(devrt_graph* graph);
 
 #ifdef __cplusplus

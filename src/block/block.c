@@ -214,8 +214,9 @@ void dv_block_cancel(devrt_runtime* rt, devrt_block h) {
   give_index(rt->blocks, dv_blk_index(h));
 }
 
-devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s,
-                             dv_pev** ready_out) {
+/* dv_block_commit from `top` (NULL: the stream's resource). */
+static devrt_status commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s,
+                           devrt_resource* top, dv_pev** ready_out) {
   devrt_status st = DEVRT_OK;
   dv_blk* b = get_locked(rt, h, "devrt_block_alloc", &st);
   if (!b) return st;
@@ -223,11 +224,10 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   size_t size = b->size;
   const char* tag = b->tag;
   unlock(b); /* a pending block cannot be used or freed: nobody else touches it meanwhile */
-  devrt_resource* top = NULL;
   void* p = NULL;
   dv_pev* ready = NULL; /* the allocation-ready event; its reference becomes the block's */
   if ((st = dv_slot_settle(rt, DV_SID_SLOT(stream), NULL, 0, NULL)) == DEVRT_OK &&
-      (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK &&
+      (top || (st = dv_stream_resource(rt, stream, &top)) == DEVRT_OK) &&
       (st = devrt_resource_allocate(top, size, stream, tag, &p)) == DEVRT_OK &&
       (st = dv_pev_record(rt, DV_SID_SLOT(stream), s, &ready)) != DEVRT_OK)
     DV_KEEP_ERROR(devrt_resource_deallocate(top, p, size, stream)); /* the first error stands */
@@ -246,13 +246,87 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
   return DEVRT_OK;
 }
 
+devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stream, dv_stream* s,
+                             dv_pev** ready_out) {
+  return commit(rt, h, stream, s, NULL, ready_out);
+}
+
+/* ---- memory under capture (docs/graphs.md) ----
+ * A block allocated on a capturing stream is allocated at once from that stream's resource (its
+ * partition's sub-budget, or the stack), ordered on the runtime's own stream, since the memory
+ * layers refuse a capturing stream: its address is the same at every replay, and a replay waits
+ * for the allocation as for any writer. Freed in
+ * the capture that allocated it, and used there, it becomes the graph's: the block keeps its
+ * memory under a new generation (the caller's handle is stale from then on) until the graph is
+ * destroyed. */
+
+static DV_NOINLINE devrt_status capture_alloc(devrt_runtime* rt, dv_capture* cap, size_t size,
+                                              devrt_stream stream, const char* tag,
+                                              devrt_block* out) {
+  if (cap->nmade == cap->capmade) {
+    unsigned n = cap->capmade ? 2 * cap->capmade : 8;
+    dv_made* m = realloc(cap->made, n * sizeof *m);
+    if (!m) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_block_alloc: out of host memory");
+    cap->made = m, cap->capmade = n;
+  }
+  devrt_resource* top = NULL;
+  devrt_stream fs = 0;
+  dv_stream* s = NULL;
+  DV_CHECK(dv_stream_resource(rt, stream, &top));
+  DV_CHECK(dv_internal_stream(rt, &fs));
+  DV_CHECK(dv_stream_get(rt, fs, &s, "devrt_block_alloc"));
+  devrt_block h = 0;
+  DV_CHECK(dv_block_reserve(rt, size, fs, tag, &h));
+  DV_CHECK(commit(rt, h, fs, s, top, NULL));
+  cap->made[cap->nmade++] = (dv_made){h, false};
+  *out = h;
+  return DEVRT_OK;
+}
+
+/* The calling thread's capture of rt that allocated h and used it, unowned yet; NULL if none. */
+static dv_made* made_here(devrt_runtime* rt, devrt_block h, dv_capture** out) {
+  for (dv_capture* c = dv_thread_captures; c; c = c->next) {
+    if (c->rt != rt) continue;
+    bool used = false;
+    for (unsigned k = 0; k < c->n && !used; k++) used = c->u[k].block == h;
+    for (unsigned i = 0; used && i < c->nmade; i++)
+      if (c->made[i].h == h && !c->made[i].owned) return *out = c, &c->made[i];
+  }
+  return NULL;
+}
+
+/* A free in the capture that allocated h and used it: the graph keeps the memory (above). */
+static DV_NOINLINE devrt_status capture_adopt(devrt_runtime* rt, dv_capture* cap, dv_made* m) {
+  devrt_status st = DEVRT_OK;
+  dv_blk* b = dv_blk_tracked(rt, m->h, "devrt_block_free", &st);
+  if (!b) return st;
+  if (b->pins) { /* another thread's launch or free of it: the caller's race */
+    const char* tag = dv_blk_tag(b);
+    unlock(b);
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_block_free: block %#" PRIx64 " (tag %s) is in use by another thread",
+                   m->h, tag);
+  }
+  b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
+  b->nusers = 0; /* no repeat path remembers the new handle */
+  touched(b);
+  devrt_block nh = b->gen << INDEX_BITS | (devrt_block)(dv_blk_index(m->h) + 1);
+  unlock(b);
+  for (unsigned k = 0; k < cap->n; k++)
+    if (cap->u[k].block == m->h) cap->u[k].block = nh;
+  *m = (dv_made){nh, true};
+  return DEVRT_OK;
+}
+
 devrt_status devrt_block_alloc(devrt_runtime* rt, size_t size, devrt_stream stream, const char* tag,
                                devrt_block* out) {
   DV_RT_CHECK(rt, "devrt_block_alloc");
   DV_ARG_CHECK(out && size, "devrt_block_alloc", "size %zu is 0 or out %p is NULL (tag %s)", size,
                (void*)out, tag ? tag : "untagged");
   dv_stream* s = NULL;
-  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_block_alloc"));
+  dv_capture* cap = NULL;
+  DV_CHECK(dv_stream_or_capture(rt, stream, &s, &cap, "devrt_block_alloc"));
+  if (DV_UNLIKELY(cap)) return capture_alloc(rt, cap, size, stream, tag, out);
   devrt_block h = 0;
   DV_CHECK(dv_block_reserve(rt, size, stream, tag, &h));
   DV_CHECK(dv_block_commit(rt, h, stream, s, NULL));
@@ -339,6 +413,9 @@ devrt_status dv_block_free_on(devrt_runtime* rt, devrt_block h, devrt_stream fs,
 
 devrt_status devrt_block_free(devrt_runtime* rt, devrt_block h) {
   DV_RT_CHECK(rt, "devrt_block_free");
+  dv_capture* cap = NULL;
+  dv_made* m = DV_UNLIKELY(dv_thread_captures) ? made_here(rt, h, &cap) : NULL;
+  if (m) return capture_adopt(rt, cap, m);
   devrt_stream fs = 0;
   dv_stream* s = NULL;
   DV_CHECK(dv_internal_stream(rt, &fs));

@@ -15,7 +15,9 @@ struct devrt_graph {
   dv_graph* exec;
   unsigned n, recorded;
   _Atomic uint64_t launches; /* a figure: relaxed */
-  devrt_block_use u[];       /* the union of the captured uses */
+  devrt_block* owned;        /* blocks the capture allocated and freed: freed with the graph */
+  unsigned nowned;
+  devrt_block_use u[]; /* the union of the captured uses */
 };
 
 devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
@@ -32,6 +34,8 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
     return st;
   }
   dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  cap->rt = rt, cap->next = dv_thread_captures;
+  dv_thread_captures = cap;
   sl->cap = cap;
   /* relaxed: only this thread reads cap; others only compare the token (rt.h) */
   atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
@@ -50,20 +54,36 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   dv_capture* cap = sl->cap;
   atomic_store_explicit(&sl->cap_owner, 0, memory_order_relaxed); /* as in begin */
   sl->cap = NULL;
+  dv_capture** p = &dv_thread_captures;
+  while (*p != cap) p = &(*p)->next;
+  *p = cap->next;
   dv_graph* exec = NULL;
   devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec);
   rt->be->stream_destroy(rt->dev, cap->ps);
+  /* the blocks it allocated and freed become the graph's */
+  unsigned nowned = 0;
+  for (unsigned i = 0; i < cap->nmade; i++) nowned += cap->made[i].owned;
+  devrt_block* owned = nowned ? malloc(nowned * sizeof *owned) : NULL;
   devrt_graph* g = st == DEVRT_OK ? calloc(1, sizeof *g + cap->n * sizeof *g->u) : NULL;
-  if (st == DEVRT_OK && !g) {
+  if (st == DEVRT_OK && (!g || (nowned && !owned))) {
     rt->be->graph_destroy(rt->dev, exec);
+    free(g), g = NULL;
     st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_end: out of host memory");
   }
   if (g) {
     g->rt = rt, g->exec = exec, g->n = cap->n, g->recorded = cap->launches;
     for (unsigned i = 0; i < cap->n; i++) g->u[i] = cap->u[i];
+    for (unsigned i = 0; i < cap->nmade; i++)
+      if (cap->made[i].owned) owned[g->nowned++] = cap->made[i].h;
+    g->owned = owned;
     atomic_store_explicit(&g->magic, GRAPH_MAGIC, memory_order_release); /* pairs: graph_ok */
     *out = g;
+  } else { /* no graph: its blocks go now */
+    free(owned);
+    for (unsigned i = 0; i < cap->nmade; i++)
+      if (cap->made[i].owned) DV_KEEP_ERROR(devrt_block_free(rt, cap->made[i].h));
   }
+  free(cap->made);
   free(cap);
   return st;
 }
@@ -103,6 +123,13 @@ devrt_status devrt_graph_destroy(devrt_graph* g) {
                                                             memory_order_relaxed),
                "devrt_graph_destroy", "graph %p is NULL or destroyed", (void*)g);
   g->rt->be->graph_destroy(g->rt->dev, g->exec);
+  /* the graph's own blocks: each free waits for the launches still using it */
+  devrt_status st = DEVRT_OK;
+  for (unsigned i = 0; i < g->nowned; i++) {
+    devrt_status f = devrt_block_free(g->rt, g->owned[i]);
+    if (st == DEVRT_OK) st = f;
+  }
+  free(g->owned);
   free(g);
-  return DEVRT_OK;
+  return st;
 }

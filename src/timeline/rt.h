@@ -96,6 +96,8 @@ devrt_status dv_stream_refused(devrt_runtime* rt, devrt_stream id, const char* c
 devrt_status dv_capture_refused(devrt_runtime* rt, devrt_stream id, const char* call);
 /* A token of the calling thread (the address of a thread-local byte of streams.c). */
 extern _Thread_local char dv_thread_me;
+/* The calling thread's captures, newest first (linked by next; src/launch/graph.c keeps it). */
+extern _Thread_local dv_capture* dv_thread_captures;
 
 /* id is a live lease of rt (no message when not). */
 static inline bool dv_stream_held(devrt_runtime* rt, devrt_stream id) {

@@ -200,6 +200,7 @@ void dv_pool_destroy(devrt_runtime* rt, dv_pool* p) {
 }
 
 _Thread_local char dv_thread_me;
+_Thread_local dv_capture* dv_thread_captures;
 
 devrt_status dv_capture_refused(devrt_runtime* rt, devrt_stream id, const char* call) {
   (void)rt;

@@ -30,15 +30,26 @@ typedef struct dv_pool {
   struct devrt_partition* part; /* the partition it belongs to; NULL: the runtime's pool */
 } dv_pool;
 
+/* A block allocated in a capture (src/block): owned once the capture freed it (its handle then
+ * the graph's, the caller's stale). */
+typedef struct dv_made {
+  devrt_block h;
+  bool owned;
+} dv_made;
+
 /* A stream slot's capture (src/launch/graph.c), set up by devrt_capture_begin on the capturing
  * thread, which alone uses it until devrt_capture_end: the work that thread issues on the slot's
  * stream is recorded on ps, a stream of the capture's own that nothing else uses, and not run;
  * the recorded work's uses gather in u (one entry a block, its accesses merged). */
 typedef struct dv_capture {
+  struct devrt_runtime* rt;
   dv_stream* ps;
   devrt_block_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n;
-  unsigned launches; /* recorded launches, copies and fills */
+  unsigned launches;       /* recorded launches, copies and fills */
+  dv_made* made;           /* blocks allocated in the capture (malloc'd) */
+  unsigned nmade, capmade; /* their count and room */
+  struct dv_capture* next; /* the capturing thread's other captures (dv_thread_captures) */
 } dv_capture;
 
 typedef struct dv_slot {

@@ -4,7 +4,7 @@
  * streams wait for it, a free of a block it uses waits for it, a block freed since the capture
  * fails the launch with STALE_BLOCK; foreign work (prepare, copy, finish) and an enqueue callback
  * are recorded too (and wait, at each launch, for a slow writer of what they read); launched again
- * and on several streams; the bad inputs. */
+ * and on several streams; memory allocated and freed in a capture; the bad inputs. */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -49,8 +49,6 @@ static void basic(void) {
   /* refused while capturing, each naming the capture */
   CHECK_STATUS(devrt_stream_synchronize(rt, S[0]), DEVRT_ERR_INVALID_STATE);
   CHECK(strstr(devrt_last_error(), "capturing") != NULL);
-  devrt_block x = 0;
-  CHECK_STATUS(devrt_block_alloc(rt, 64, S[0], "x", &x), DEVRT_ERR_INVALID_STATE);
   CHECK_STATUS(devrt_capture_begin(rt, S[0]), DEVRT_ERR_INVALID_STATE);
   CHECK_STATUS(devrt_stream_release(rt, S[0]), DEVRT_ERR_INVALID_STATE);
   other_arg oa = {.s = S[0]};
@@ -91,6 +89,59 @@ static void basic(void) {
   CHECK_OK(devrt_graph_destroy(g));
   CHECK_OK(devrt_block_free(rt, a));
   CHECK_OK(devrt_block_free(rt, c));
+}
+
+static uint64_t live_bytes(void) {
+  devrt_resource* top = NULL;
+  devrt_resource_figures f;
+  REQUIRE_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
+  REQUIRE_OK(devrt_runtime_resource(rt, &top));
+  REQUIRE_OK(devrt_resource_query(top, &f));
+  return f.live_bytes;
+}
+
+/* Memory under capture: a temporary allocated, written, copied out and freed in the capture is
+ * the graph's (its handle stale for the caller, its bytes live until the graph is destroyed, the
+ * same memory at every launch); a block allocated in the capture and not freed there is an
+ * ordinary block; one freed in the capture but never used there is freed at once. */
+static void memory(void) {
+  devrt_block out = alloc(), t = 0, o2 = 0, unused = 0;
+  CHECK_OK(devrt_stream_synchronize(rt, S[3]));
+  uint64_t live0 = live_bytes();
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_OK(devrt_block_alloc(rt, N * 4, S[0], "graph tmp", &t));
+  CHECK_OK(devrt_block_alloc(rt, N * 4, S[0], "graph out", &o2));
+  CHECK_OK(devrt_block_alloc(rt, 64, S[0], "graph unused", &unused));
+  void* tp = NULL;
+  CHECK_OK(devrt_block_ptr(rt, t, &tp));
+  CHECK_OK(k_fill(rt, &K, S[0], t, 5, N, 0, true));
+  CHECK_OK(k_copy(rt, &K, S[0], out, t, N, 0, true));
+  CHECK_OK(k_copy(rt, &K, S[0], o2, t, N, 0, true));
+  CHECK_OK(devrt_block_free(rt, t));
+  CHECK_OK(devrt_block_free(rt, unused));
+  void* p = NULL;
+  CHECK_STATUS(devrt_block_ptr(rt, t, &p), DEVRT_ERR_STALE_BLOCK); /* the graph's now */
+  CHECK_STATUS(devrt_block_free(rt, t), DEVRT_ERR_STALE_BLOCK);
+  devrt_graph* g = NULL;
+  CHECK_OK(devrt_capture_end(rt, S[0], &g));
+  devrt_graph_info gi;
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 3 && gi.blocks == 3);
+  CHECK(live_bytes() == live0 + 2 * N * 4); /* t (the graph's) and o2 */
+  CHECK(b_wrong(rt, S[2], out, N, 0) == 0); /* nothing ran */
+  CHECK_OK(devrt_graph_launch(g, S[0]));
+  CHECK(b_wrong(rt, S[2], out, N, 5) == 0);
+  CHECK(b_wrong(rt, S[2], o2, N, 5) == 0);
+  CHECK_OK(k_fill(rt, &K, S[1], out, 1, N, SLOW, true)); /* the next launch waits for it */
+  CHECK_OK(devrt_graph_launch(g, S[3]));
+  CHECK(b_wrong(rt, S[2], out, N, 5) == 0);
+  CHECK_OK(devrt_graph_launch(g, S[1]));
+  CHECK_OK(devrt_graph_destroy(g)); /* with a launch in flight: t goes after it */
+  CHECK(live_bytes() == live0 + N * 4);
+  CHECK(b_wrong(rt, S[2], o2, N, 5) == 0);
+  CHECK_OK(devrt_block_free(rt, o2));
+  CHECK_OK(devrt_block_free(rt, out));
+  (void)tp;
 }
 
 typedef struct cb_arg {
@@ -178,6 +229,7 @@ int main(void) {
   k_load(rt, &K);
   for (int i = 0; i < 4; i++) S[i] = s_get(rt);
   basic();
+  memory();
   foreign();
   bad_inputs();
   for (int i = 0; i < 4; i++) CHECK_OK(devrt_stream_synchronize(rt, S[i]));

@@ -1430,8 +1430,36 @@ static void op_graph(worker* w) {
                            .nuses = 1};
     CHK(devrt_launch(g_rt, &d), OK_);
   }
+  /* at times a temporary: allocated, filled and freed in the capture (the graph's from then on,
+   * its handle stale), its memory live until the graph is destroyed */
+  devrt_block tmp = 0;
+  void* tp = NULL;
+  uint64_t tn = 64 + rn(&w->r, 4096) / 4 * 4;
+  if (chance(&w->r, 50) &&
+      CHK(devrt_block_alloc(g_rt, tn, s, "fz.cap", &tmp), OK_ | OVB | DAF) == DEVRT_OK) {
+    CHK(devrt_block_ptr(g_rt, tmp, &tp), OK_);
+    span_add(tp, tn, __LINE__);
+    uint64_t cnt = tn / 4;
+    uint32_t val = 7;
+    void* args[3] = {&tp, &val, &cnt};
+    devrt_block_use u = {tmp, DEVRT_ACCESS_WRITE};
+    devrt_launch_desc d = {.stream = s,
+                           .kernel = k_fill,
+                           .grid = {1},
+                           .block = {64},
+                           .args = args,
+                           .uses = &u,
+                           .nuses = 1};
+    CHK(devrt_launch(g_rt, &d), OK_);
+    CHK(devrt_block_free(g_rt, tmp), OK_);
+    void* p = NULL;
+    CHK(devrt_block_ptr(g_rt, tmp, &p), STALE);
+  }
   devrt_graph* g = NULL;
-  if (CHK(devrt_capture_end(g_rt, s, &g), OK_) != DEVRT_OK) return;
+  if (CHK(devrt_capture_end(g_rt, s, &g), OK_) != DEVRT_OK) {
+    if (tp) span_del(tp); /* freed with the capture */
+    return;
+  }
   CHK(devrt_capture_end(g_rt, s, &g), IST);
   for (unsigned k = 1 + rn(&w->r, 3); k; k--)
     CHK(devrt_graph_launch(g, w->streams[rn(&w->r, w->nstreams)]), OK_);
@@ -1444,6 +1472,7 @@ static void op_graph(worker* w) {
     dead_block(used[0].h);
     CHK(devrt_graph_launch(g, s), STALE);
   }
+  if (tp) span_del(tp); /* the graph's temporary goes with it */
   CHK(devrt_graph_destroy(g), OK_);
 }
 
