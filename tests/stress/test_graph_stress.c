@@ -3,7 +3,8 @@
  * producer on another random stream (slow at times) writing the graph's input first and a reader
  * on a third checking its output; at random the output is freed at once after a launch (the free
  * waits for it) and the graph captured again over new blocks, and the old graph launched once
- * more must fail with STALE_BLOCK. Another thread's attempts on a capturing stream must be
+ * more must fail with STALE_BLOCK. Half the graphs copy through a temporary allocated and freed
+ * in the capture (the graph's own). Another thread's attempts on a capturing stream must be
  * refused. A wrong word is a corruption; 0 are allowed. Rounds: DEVRT_GRAPH_ROUNDS (default 100).
  * Host backend (TSan in CI); DEVRT_BACKEND=cuda runs it on a GPU. */
 #include <pthread.h>
@@ -17,7 +18,7 @@ static devrt_runtime* rt;
 static kernels K;
 static devrt_stream S[THREADS];
 static int rounds;
-static _Atomic uint64_t corrupt, failed, refused, stale;
+static _Atomic uint64_t corrupt, failed, refused, stale, temps;
 
 static uint64_t next(uint64_t* s) { /* xorshift64 */
   *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -45,7 +46,17 @@ static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   OK(k_fill(rt, &K, S[t], x->in, 0, N, 0, true));
   OK(devrt_capture_begin(rt, S[t])); /* the others' calls on S[t] are refused meanwhile */
   if (next(r) % 2) sched_yield();    /* let them try */
-  OK(k_copy(rt, &K, S[t], x->out, x->in, N, 0, true));
+  if (next(r) % 2) { /* through a temporary of the graph's own: launches on two streams at once
+                        both write it, and tracking orders them */
+    devrt_block tmp = 0;
+    OK(devrt_block_alloc(rt, N * 4, S[t], "graph tmp", &tmp));
+    OK(k_copy(rt, &K, S[t], tmp, x->in, N, 0, true));
+    OK(k_copy(rt, &K, S[t], x->out, tmp, N, 0, true));
+    OK(devrt_block_free(rt, tmp));
+    atomic_fetch_add(&temps, 1);
+  } else {
+    OK(k_copy(rt, &K, S[t], x->out, x->in, N, 0, true));
+  }
   OK(k_fill(rt, &K, S[t], x->flag, id, N, 0, true));
   OK(devrt_capture_end(rt, S[t], &x->g));
 }
@@ -118,13 +129,14 @@ int main(void) {
   for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
   printf(
       "%d threads x %d rounds: %llu corrupted words, %llu failed calls, %llu refused on a "
-      "capturing stream, %llu stale launches refused\n",
+      "capturing stream, %llu stale launches refused, %llu graphs with a temporary\n",
       THREADS, rounds, (unsigned long long)atomic_load(&corrupt),
       (unsigned long long)atomic_load(&failed), (unsigned long long)atomic_load(&refused),
-      (unsigned long long)atomic_load(&stale));
+      (unsigned long long)atomic_load(&stale), (unsigned long long)atomic_load(&temps));
   CHECK(atomic_load(&corrupt) == 0);
   CHECK(atomic_load(&failed) == 0);
   CHECK(atomic_load(&stale) > 0);
+  CHECK(atomic_load(&temps) > 0);
   for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_synchronize(rt, S[i]));
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
   for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_release(rt, S[i]));
