@@ -38,7 +38,15 @@ static uint64_t next(uint64_t* s) { /* xorshift64 */
 typedef struct gset { /* a graph of out = in (copy) and flag = its id (fill) */
   devrt_block in, out, flag;
   devrt_graph* g;
+  bool temp;       /* the copy goes through a temporary of the graph's own */
+  unsigned rounds; /* launched in rounds so far */
 } gset;
+
+static int idx(devrt_stream s) {
+  int j = 0;
+  while (j < THREADS && S[j] != s) j++;
+  return j;
+}
 
 static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   devrt_block* b[] = {&x->in, &x->out, &x->flag};
@@ -46,8 +54,8 @@ static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   OK(k_fill(rt, &K, S[t], x->in, 0, N, 0, true));
   OK(devrt_capture_begin(rt, S[t])); /* the others' calls on S[t] are refused meanwhile */
   if (next(r) % 2) sched_yield();    /* let them try */
-  if (next(r) % 2) { /* through a temporary of the graph's own: launches on two streams at once
-                        both write it, and tracking orders them */
+  if ((x->temp = next(r) % 2)) {     /* through a temporary of the graph's own: launches on two
+                                       streams at once both write it, and tracking orders them */
     devrt_block tmp = 0;
     OK(devrt_block_alloc(rt, N * 4, S[t], "graph tmp", &tmp));
     OK(k_copy(rt, &K, S[t], tmp, x->in, N, 0, true));
@@ -104,6 +112,13 @@ static void work(int t) {
     OK(st);
     uint64_t wrong = 0;
     for (int k = 0; k < N; k++) wrong += h[k] != v;
+    if (wrong) /* what a finding needs to be understood */
+      fprintf(stderr,
+              "thread %d round %d: %llu words of out != %u (out[0] %u); graph round %u, temp %d, "
+              "slow %d, streams: fill S%d, graph S%d, read S%d (own S%d)\n",
+              t, i, (unsigned long long)wrong, v, h[0], x.rounds, x.temp, slow != 0, idx(sp),
+              idx(sg), idx(sr), t);
+    x.rounds++;
     OK(b_read(rt, S[t], x.flag, h, 4)); /* its own stream: only this thread captures it */
     wrong += h[0] != id;
     atomic_fetch_add(&corrupt, wrong);
