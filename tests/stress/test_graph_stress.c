@@ -122,6 +122,9 @@ static void work(int t) {
               idx(sg), idx(sr), t);
     x.rounds++;
     OK(b_read(rt, S[t], x.flag, h, 4)); /* its own stream: only this thread captures it */
+    if (h[0] != id)
+      fprintf(stderr, "thread %d round %d: flag %u != %u; graph round %u, streams: graph S%d\n", t,
+              i, h[0], id, x.rounds - 1, idx(sg));
     wrong += h[0] != id;
     atomic_fetch_add(&corrupt, wrong);
   }
