@@ -1403,6 +1403,21 @@ static void op_torch(worker* w) {
   }
 }
 
+/* A recorded fill of block h (at p, n bytes) with val on s: one block of 64 threads. */
+static devrt_status fill(devrt_stream s, devrt_block h, void* p, uint64_t n, uint32_t val) {
+  uint64_t cnt = n / 4;
+  void* args[3] = {&p, &val, &cnt};
+  devrt_block_use u = {h, DEVRT_ACCESS_WRITE};
+  devrt_launch_desc d = {.stream = s,
+                         .kernel = k_fill,
+                         .grid = {1},
+                         .block = {64},
+                         .args = args,
+                         .uses = &u,
+                         .nuses = 1};
+  return devrt_launch(g_rt, &d);
+}
+
 /* A capture on one of this thread's own streams (only when streams are not shared: another
  * thread's call on it would be refused), a few fills of own blocks recorded, a synchronize
  * refused naming the capture, the end, launches of the graph on own streams, at times one of its
@@ -1417,18 +1432,7 @@ static void op_graph(worker* w) {
   blk used[4];
   for (unsigned i = 0; i < fills; i++) {
     used[i] = w->blocks[rn(&w->r, w->nblocks)];
-    uint64_t cnt = used[i].size / 4;
-    uint32_t val = (uint32_t)rnext(&w->r);
-    void* args[3] = {&used[i].p, &val, &cnt};
-    devrt_block_use u = {used[i].h, DEVRT_ACCESS_WRITE};
-    devrt_launch_desc d = {.stream = s,
-                           .kernel = k_fill,
-                           .grid = {1},
-                           .block = {64},
-                           .args = args,
-                           .uses = &u,
-                           .nuses = 1};
-    CHK(devrt_launch(g_rt, &d), OK_);
+    CHK(fill(s, used[i].h, used[i].p, used[i].size, (uint32_t)rnext(&w->r)), OK_);
   }
   /* at times a temporary: allocated, filled and freed in the capture (the graph's from then on,
    * its handle stale), its memory live until the graph is destroyed */
@@ -1439,18 +1443,7 @@ static void op_graph(worker* w) {
       CHK(devrt_block_alloc(g_rt, tn, s, "fz.cap", &tmp), OK_ | OVB | DAF) == DEVRT_OK) {
     CHK(devrt_block_ptr(g_rt, tmp, &tp), OK_);
     span_add(tp, tn, __LINE__);
-    uint64_t cnt = tn / 4;
-    uint32_t val = 7;
-    void* args[3] = {&tp, &val, &cnt};
-    devrt_block_use u = {tmp, DEVRT_ACCESS_WRITE};
-    devrt_launch_desc d = {.stream = s,
-                           .kernel = k_fill,
-                           .grid = {1},
-                           .block = {64},
-                           .args = args,
-                           .uses = &u,
-                           .nuses = 1};
-    CHK(devrt_launch(g_rt, &d), OK_);
+    CHK(fill(s, tmp, tp, tn, 7), OK_);
     CHK(devrt_block_free(g_rt, tmp), OK_);
     void* p = NULL;
     CHK(devrt_block_ptr(g_rt, tmp, &p), STALE);
