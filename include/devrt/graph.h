@@ -57,7 +57,8 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
 
 /* Launches the graph on `stream` as one recorded launch (see above). STALE_BLOCK if a block it
  * uses was freed; INVALID_ARGUMENT for a NULL or destroyed graph or another runtime's stream.
- * Thread-safe (launches of one graph may run on several streams at once). */
+ * Thread-safe (launches of one graph may run on several streams at once); the issuing of graph
+ * launches is serialized process-wide by a mutex (docs/graphs.md says why). */
 devrt_status devrt_graph_launch(devrt_graph* graph, devrt_stream stream);
 
 /* What the graph holds and how often it ran. Thread-safe. */
