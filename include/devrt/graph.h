@@ -65,8 +65,8 @@ devrt_status devrt_graph_launch(devrt_graph* graph, devrt_stream stream);
 devrt_status devrt_graph_info_get(devrt_graph* graph, devrt_graph_info* out);
 
 /* Destroys the graph; launches in flight finish first, and so do the frees of the blocks it owns
- * (see above: a failed free is returned, the rest go on). Not thread-safe with other calls on it.
- */
+ * (see above). A free that fails fails the call and leaves the graph as it was but for the blocks
+ * already freed: call it again. Not thread-safe with other calls on it. */
 devrt_status devrt_graph_destroy(devrt_graph* graph);
 
 #ifdef __cplusplus

@@ -2,6 +2,7 @@
  * status and every word it reads back, and frees what it made, retrying a cleanup call that the
  * injected fault failed (a fault fails one call, so the retry goes through). */
 #include "workload.h"
+#include "devrt/graph.h"
 #include "devrt/torch.h"
 #include <stdatomic.h>
 #include <stdio.h>
@@ -588,6 +589,30 @@ static void step_peer(run* r) {
 }
 
 /* A module of the program's own host kernels (host backend only). */
+/* A capture on s[0] with a temporary of its own (allocated, filled, copied out and freed in it),
+ * its graph launched twice on s[1] and read there, then destroyed: a failed end or destroy leaves
+ * nothing behind (drained: nothing live). */
+static void step_graph(run* r) {
+  devrt_block out = alloc(r, N * 4, r->s[1], "wl.graph"), tmp = 0;
+  if (out && fill(r, r->s[1], out, 0, N) && OK(devrt_capture_begin(r->rt, r->s[0]))) {
+    bool given = false; /* tmp freed in the capture: the graph's */
+    if ((tmp = alloc(r, N * 4, r->s[0], "wl.graph tmp")) && fill(r, r->s[0], tmp, r->v ^ 5, N) &&
+        copy(r, r->s[0], out, tmp))
+      given = OK(devrt_block_free(r->rt, tmp));
+    devrt_graph* g = NULL;
+    bool made = OK(devrt_capture_end(r->rt, r->s[0], &g));
+    if (!given) release_block(r, &tmp, 0); /* an ordinary block: freed, the graph is stale */
+    if (made && given) {
+      bool ran = false;
+      for (int i = 0; i < 2; i++) ran = OK(devrt_graph_launch(g, r->s[1])) || ran;
+      if (ran) expect(r, r->s[1], out, N, r->v ^ 5);
+    }
+    if (made) RETRY(devrt_graph_destroy(g));
+  }
+  settle(r, r->s[1]);
+  release_block(r, &out, 0);
+}
+
 static void host_add(const devrt_host_grid* g, void** args) {
   (void)g;
   **(uint32_t**)args[0] += *(uint32_t*)args[1];
@@ -717,6 +742,7 @@ void wl_run(wl* w) {
     step_queue(r);
     step_hop(r);
     step_stack(r);
+    step_graph(r);
     if (w->layout) step_layout(r);
     if (w->exclusive && w->other) step_peer(r);
     if (r->host) step_host_module(r);
