@@ -44,6 +44,8 @@ bool dv_op_can_fail(dv_op op) {
     case DV_OP_fault_arm:
     case DV_OP_peer_disable:
     case DV_OP_device_leave:
+    case DV_OP_graph_destroy:
+    case DV_OP_capture_mode_swap:
       return false;
     default:
       return (unsigned)op < DV_OP_COUNT;

@@ -29,7 +29,8 @@ typedef enum dv_op { DV_BACKEND_OPS(DV_OP_ENUM_) DV_OP_COUNT } dv_op;
 const char* dv_op_name(dv_op op);
 dv_op dv_op_find(const char* name);
 /* Whether the entry returns a status. The others (destroy, close, unwrap, unload, disable, leave,
- * stream_native, fault_arm) cannot fail: their calls are counted and never failed. */
+ * stream_native, fault_arm, capture_mode_swap) cannot fail: their calls are counted and never
+ * failed. */
 bool dv_op_can_fail(dv_op op);
 
 /* Runtimes created from now on (this process) go through the wrapper. Thread-safe. */
