@@ -278,6 +278,7 @@ static DV_NOINLINE devrt_status capture_alloc(devrt_runtime* rt, dv_capture* cap
   devrt_block h = 0;
   DV_CHECK(dv_block_reserve(rt, size, fs, tag, &h));
   DV_CHECK(commit(rt, h, fs, s, top, NULL));
+  DV_ASSERT(cap->nmade < cap->capmade && cap->rt == rt); /* room made above; the capture's own */
   cap->made[cap->nmade++] = (dv_made){h, false};
   *out = h;
   return DEVRT_OK;
@@ -307,13 +308,17 @@ static DV_NOINLINE devrt_status capture_adopt(devrt_runtime* rt, dv_capture* cap
                    "devrt_block_free: block %#" PRIx64 " (tag %s) is in use by another thread",
                    m->h, tag);
   }
+  DV_ASSERT(b->live && !b->pending && !(b->pins & FREEING)); /* allocated here, not freed yet */
   b->gen = atomic_fetch_add_explicit(&next_gen, 1, memory_order_relaxed) & GEN_MASK;
   b->nusers = 0; /* no repeat path remembers the new handle */
   touched(b);
   devrt_block nh = b->gen << INDEX_BITS | (devrt_block)(dv_blk_index(m->h) + 1);
   unlock(b);
+  unsigned renamed = 0;
   for (unsigned k = 0; k < cap->n; k++)
-    if (cap->u[k].block == m->h) cap->u[k].block = nh;
+    if (cap->u[k].block == m->h) cap->u[k].block = nh, renamed++;
+  DV_ASSERT(renamed == 1); /* made_here found it used, and the union names a block once */
+  (void)renamed;
   *m = (dv_made){nh, true};
   return DEVRT_OK;
 }
