@@ -263,7 +263,12 @@ static pthread_mutex_t caps_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver c
 static cap* caps[DEVRT_MAX_ORDINALS];                       /* each device's (caps_mu) */
 static _Atomic unsigned ncaps; /* entries: a free looks in the lists only when some exist */
 
-static devrt_status capturing(devrt_runtime* rt, devrt_stream id, bool* out) {
+/* Whether PyTorch's `stream` (devrt's id) is being captured. The legacy default stream, where
+ * most of a training step's tensors live, cannot be (CUDA refuses to capture it): no driver call
+ * for it. */
+static devrt_status capturing(devrt_runtime* rt, void* stream, devrt_stream id, bool* out) {
+  *out = false;
+  if (!stream || stream == DEVRT_STREAM_LEGACY) return DEVRT_OK;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, id, &s, "devrt_torch"));
   return rt->be->stream_capturing(s, out);
@@ -313,8 +318,9 @@ static bool held(devrt_runtime* rt, int device, void* ptr, size_t size, void* st
   }
   devrt_stream id = 0;
   bool cap = false;
-  if (!found && torch_stream(rt, device, stream, &id) == DEVRT_OK &&
-      capturing(rt, id, &cap) == DEVRT_OK && cap)
+  if (!found && stream && stream != DEVRT_STREAM_LEGACY && /* never captured: see capturing */
+      torch_stream(rt, device, stream, &id) == DEVRT_OK &&
+      capturing(rt, stream, id, &cap) == DEVRT_OK && cap)
     found = caps_add(device, ptr, size, true); /* out of host memory: freed as usual below */
   if (!found) return false;
   for (rec *mine = recs_take(ptr), *x; (x = mine) != NULL; free(x)) mine = x->next;
@@ -375,7 +381,7 @@ void* devrt_torch_alloc(size_t size, int device, void* stream) {
   if (s == DEVRT_OK) s = torch_stream(rt, device, stream, &id);
   if (s == DEVRT_OK) s = devrt_runtime_resource(rt, &r);
   bool cap = false;
-  if (s == DEVRT_OK) s = capturing(rt, id, &cap);
+  if (s == DEVRT_OK) s = capturing(rt, stream, id, &cap);
   if (s == DEVRT_OK)
     s = DV_UNLIKELY(cap) ? alloc_for_capture(rt, r, size, device, &p)
                          : torch_allocate(r, size, id, device, &p);
