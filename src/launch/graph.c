@@ -1,7 +1,8 @@
 /* graph.c: captures and graphs (devrt/graph.h). A capture gives the stream's slot a dv_capture
- * (its own backend stream in capture, the union of the recorded uses) that only the capturing
- * thread touches; the end makes the backend's executable graph. A graph's launch is tracked work
- * over the union: pinned, its waits issued, the graph enqueued, its end marked on every block. */
+ * (its own backend stream in capture, the union of the recorded uses, the blocks it allocated)
+ * that only the capturing thread touches; the end makes the backend's executable graph, which
+ * owns the blocks the capture allocated and freed. A graph's launch is a recorded launch over the
+ * union (src/launch/launch.c); its destroy frees the blocks it owns. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 /* Graph launches are issued one at a time, process-wide: a mutex held across a launch's waits,
  * the backend's graph launch (a driver call) and its mark. On an H200, launches from six threads
  * at once (test_graph_stress, 1000 rounds) let a replay run before a write it had waited for, in
- * up to 5 of 6000 rounds, while the same work as kernels issued the same way never did, and
+ * up to 6 of 6000 rounds, while the same work as kernels issued the same way never did, and
  * serializing the launches removed it (docs/graphs.md); the cause is not found yet. */
 static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 
