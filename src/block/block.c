@@ -255,10 +255,9 @@ devrt_status dv_block_commit(devrt_runtime* rt, devrt_block h, devrt_stream stre
  * A block allocated on a capturing stream is allocated at once from that stream's resource (its
  * partition's sub-budget, or the stack), ordered on the runtime's own stream, since the memory
  * layers refuse a capturing stream: its address is the same at every replay, and a replay waits
- * for the allocation as for any writer. Freed in
- * the capture that allocated it, and used there, it becomes the graph's: the block keeps its
- * memory under a new generation (the caller's handle is stale from then on) until the graph is
- * destroyed. */
+ * for the allocation as for any writer. Freed in the capture that allocated it, and used there,
+ * it becomes the graph's: the block keeps its memory under a new generation (the caller's handle
+ * is stale from then on) until the graph is destroyed. */
 
 static DV_NOINLINE devrt_status capture_alloc(devrt_runtime* rt, dv_capture* cap, size_t size,
                                               devrt_stream stream, const char* tag,

@@ -137,8 +137,8 @@ devrt_status devrt_graph_destroy(devrt_graph* g) {
   for (; g->nowned; g->nowned--) DV_CHECK(devrt_block_free(g->rt, g->owned[g->nowned - 1]));
   uint64_t m = GRAPH_MAGIC;
   /* acquire: pairs with the end's release; one destroy wins */
-  DV_ARG_CHECK(g && atomic_compare_exchange_strong_explicit(&g->magic, &m, 0, memory_order_acquire,
-                                                            memory_order_relaxed),
+  DV_ARG_CHECK(atomic_compare_exchange_strong_explicit(&g->magic, &m, 0, memory_order_acquire,
+                                                       memory_order_relaxed),
                "devrt_graph_destroy", "graph %p is NULL or destroyed", (void*)g);
   g->rt->be->graph_destroy(g->rt->dev, g->exec);
   free(g->owned);

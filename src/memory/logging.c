@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "memory.h"
 #include "account.h"
+#include "../core/clock.h"
 #include "../core/thread.h"
 
 /* Upstream: called through its vtable. */
@@ -51,12 +52,6 @@ static bool lg_flusher_up;
 static _Atomic bool lg_exiting; /* the exit hook ran: every record is written at once */
 
 static const devrt_resource_vtable lg_vtable;
-
-static uint64_t lg_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t lg_thread(void) {
   static _Atomic uint64_t next = 1;
@@ -239,7 +234,7 @@ static void lg_log(dv_logging* L, uint64_t t, const char* action, void* ptr, uin
 static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream stream,
                                 const char* tag, void** out) {
   devrt_status s = UP_ALLOCATE(self, size, stream, tag, out);
-  lg_log((dv_logging*)self, lg_now(), s == DEVRT_OK ? "allocate" : "allocate failure",
+  lg_log((dv_logging*)self, dv_now_ns(), s == DEVRT_OK ? "allocate" : "allocate failure",
          s == DEVRT_OK ? *out : NULL, size, stream, tag, s);
   return s;
 }
@@ -249,7 +244,7 @@ static devrt_status lg_allocate(devrt_resource* self, size_t size, devrt_stream 
  */
 static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size,
                                   devrt_stream stream) {
-  uint64_t t = lg_now();
+  uint64_t t = dv_now_ns();
   devrt_status s = UP_DEALLOCATE(self, ptr, size, stream);
   lg_log((dv_logging*)self, t, "free", ptr, size, stream, NULL, s);
   return s;
@@ -258,7 +253,7 @@ static devrt_status lg_deallocate(devrt_resource* self, void* ptr, size_t size,
 static devrt_status lg_reap(devrt_resource* self, unsigned flags, uint64_t* reaped) {
   uint64_t n = 0;
   devrt_status s = devrt_resource_reap(self->upstream, flags, &n);
-  lg_log((dv_logging*)self, lg_now(), "reap", NULL, n, DEVRT_STREAM_NONE, NULL, s);
+  lg_log((dv_logging*)self, dv_now_ns(), "reap", NULL, n, DEVRT_STREAM_NONE, NULL, s);
   *reaped = n;
   return s;
 }
@@ -330,7 +325,7 @@ devrt_status devrt_logging_resource_create(devrt_resource* upstream,
   L->user = o.user;
   L->batch = o.buffer_records ? o.buffer_records : 256;
   L->fd = -1;
-  L->t0 = lg_now();
+  L->t0 = dv_now_ns();
   pthread_mutex_init(&L->mu, NULL);
   devrt_status s = DEVRT_OK;
   if (o.path) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include "partition.h"
 #include "../memory/account.h"
+#include "../core/clock.h"
 #ifdef DEVRT_HAVE_CUDA
 #include <cuda.h>
 #define BUILT_CUDA CUDA_VERSION
@@ -43,12 +44,6 @@ typedef struct dv_layouts {
 } dv_layouts;
 
 #define DEFAULT_STREAMS 4
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- runtime hooks ---- */
 
@@ -381,7 +376,7 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
                                  devrt_layout** out) {
   DV_RT_CHECK(rt, "devrt_layout_create");
   DV_ARG_CHECK(out, "devrt_layout_create", "out is NULL");
-  uint64_t t0 = now_ns();
+  uint64_t t0 = dv_now_ns();
   devrt_layout_plan pl;
   bool fallback;
   split* x = calloc(1, sizeof *x);
@@ -420,7 +415,7 @@ devrt_status devrt_layout_create(devrt_runtime* rt, const devrt_layout_spec* spe
     DV_KEEP_ERROR(layout_free(rt, l));
     return st;
   }
-  l->create_ms = (double)(now_ns() - t0) / 1e6;
+  l->create_ms = (double)(dv_now_ns() - t0) / 1e6;
   dv_layouts* L = rt->layouts;
   pthread_mutex_lock(&L->mu);
   l->next = L->list;

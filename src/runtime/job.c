@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "runtime.h"
+#include "../core/clock.h"
 #include "../core/parse.h"
 
 #define CALL "devrt_comm_create_from_env"
@@ -105,15 +106,9 @@ static devrt_status file_put(const char* path, const devrt_comm_id* id) {
                  strerror(e));
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The other ranks' side: polls PATH (1 ms, doubling up to 50 ms) until it holds an id. */
 static devrt_status file_get(const char* path, uint64_t timeout_ms, int rank, devrt_comm_id* id) {
-  uint64_t start = now_ms(), waited = 0;
+  uint64_t start = dv_now_ns() / 1000000, waited = 0;
   for (unsigned sleep_ms = 1;; sleep_ms = sleep_ms * 2 > 50 ? 50 : sleep_ms * 2) {
     struct stat st;
     if (!stat(path, &st) && st.st_size == (off_t)sizeof *id) {
@@ -122,7 +117,7 @@ static devrt_status file_get(const char* path, uint64_t timeout_ms, int rank, de
       if (fd >= 0) close(fd);
       if (got == (ssize_t)sizeof *id) return DEVRT_OK; /* renamed whole: one read is all of it */
     }
-    if ((waited = now_ms() - start) >= timeout_ms) break;
+    if ((waited = dv_now_ns() / 1000000 - start) >= timeout_ms) break;
     uint64_t left = timeout_ms - waited;
     struct timespec ts = {0, (long)(left < sleep_ms ? left : sleep_ms) * 1000000L};
     nanosleep(&ts, NULL);

@@ -263,12 +263,14 @@ static pthread_mutex_t caps_mu = PTHREAD_MUTEX_INITIALIZER; /* holds no driver c
 static cap* caps[DEVRT_MAX_ORDINALS];                       /* each device's (caps_mu) */
 static _Atomic unsigned ncaps; /* entries: a free looks in the lists only when some exist */
 
-/* Whether PyTorch's `stream` (devrt's id) is being captured. The legacy default stream, where
- * most of a training step's tensors live, cannot be (CUDA refuses to capture it): no driver call
- * for it. */
+/* The legacy default stream, where most of a training step's tensors live, is never captured
+ * (CUDA refuses to): no driver call asks about it. */
+static bool capturable(void* stream) { return stream && stream != DEVRT_STREAM_LEGACY; }
+
+/* Whether PyTorch's `stream` (devrt's id) is being captured. */
 static devrt_status capturing(devrt_runtime* rt, void* stream, devrt_stream id, bool* out) {
   *out = false;
-  if (!stream || stream == DEVRT_STREAM_LEGACY) return DEVRT_OK;
+  if (!capturable(stream)) return DEVRT_OK;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, id, &s, "devrt_torch"));
   return rt->be->stream_capturing(s, out);
@@ -318,8 +320,7 @@ static bool held(devrt_runtime* rt, int device, void* ptr, size_t size, void* st
   }
   devrt_stream id = 0;
   bool cap = false;
-  if (!found && stream && stream != DEVRT_STREAM_LEGACY && /* never captured: see capturing */
-      torch_stream(rt, device, stream, &id) == DEVRT_OK &&
+  if (!found && capturable(stream) && torch_stream(rt, device, stream, &id) == DEVRT_OK &&
       capturing(rt, stream, id, &cap) == DEVRT_OK && cap)
     found = caps_add(device, ptr, size, true); /* out of host memory: freed as usual below */
   if (!found) return false;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "sync.h"
+#include "../core/clock.h"
 
 #define SEM_MAGIC 0x73656d6170686f72ull /* "semaphor" */
 #define NOT_YET DEVRT_STATUS_COUNT_     /* internal: a wait not satisfied yet */
@@ -20,12 +21,6 @@ bool dv_sem_ok(devrt_semaphore* s) { /* acquire: pairs with devrt_semaphore_crea
     dv_error_clear(); /* a public call's entry: see error.h */                         \
     DV_ARG_CHECK(dv_sem_ok(s), call, "semaphore %p is NULL or destroyed", (void*)(s)); \
   } while (0)
-
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -503,7 +498,7 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
                               devrt_wait_mode mode, uint64_t timeout, unsigned* index,
                               const char* call) {
   unsigned idx = 0;
-  uint64_t start = now_ns();
+  uint64_t start = dv_now_ns();
   uint64_t deadline = timeout > UINT64_MAX - start ? UINT64_MAX : start + timeout;
   devrt_status st = check(n, s, v, mode, &idx, call);
   if (st == NOT_YET) {
@@ -523,13 +518,13 @@ static devrt_status wait_many(unsigned n, devrt_semaphore* const* s, const uint6
       nodes[i] = (dv_wnode){.value = v[i], .w = &w};
       dv_sem_ref(s[i]); /* a destroy while we wait must not free them */
     }
-    for (uint64_t now = start; st == NOT_YET && now < deadline; now = now_ns()) {
+    for (uint64_t now = start; st == NOT_YET && now < deadline; now = dv_now_ns()) {
       uint64_t spin_end = now + s[0]->rt->cfg.wait_spin_ns;
       do {
         poll_all(n, s, v);
         if ((st = check(n, s, v, mode, &idx, call)) != NOT_YET) break;
         cpu_relax();
-      } while ((now = now_ns()) < (spin_end < deadline ? spin_end : deadline));
+      } while ((now = dv_now_ns()) < (spin_end < deadline ? spin_end : deadline));
       if (st == NOT_YET && now < deadline)
         st = block(n, s, v, mode, deadline, nodes, &w, &idx, call);
     }
