@@ -25,8 +25,11 @@ static int usage(FILE* f, bool bench) {
           "  --alone N       interactive queries before the batch tenants start (GPU 1000, host "
           "20); the first tenth warm up and are not sampled\n"
           "  --ordinal N     device ordinal\n"
+          "  --graphs        the interactive tenant's queries as CUDA graph replays, captured at\n"
+          "                  setup (%s)\n"
           "  --json          figures as JSON on stdout\n",
-          bench ? "bench demo" : "demo", EG_MAX_TENANTS);
+          bench ? "bench demo" : "demo", EG_MAX_TENANTS,
+          bench ? "an arm beside host-issued launches, on partitions" : "default: host-issued");
   if (bench)
     fprintf(f,
             "  --rounds R      repetitions, each on partitions and on plain streams (1..64; "
@@ -115,6 +118,8 @@ static int parse(int argc, char** argv, bool bench, eg_options* o, int* rounds) 
       return 1;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
+    } else if (!strcmp(a, "--graphs")) {
+      o->graphs = true;
     } else if (!bench && !strcmp(a, "--plain")) {
       o->plain = true;
     } else if (!bench && !strcmp(a, "--quiet")) {
@@ -195,8 +200,18 @@ enum {
   F_PEAK_PLAIN,
   F_TENANT,
   F_RETRIES,
+  F_P50_ALONE, /* the interactive tenant's latency on partitions, host-issued (us) */
+  F_P99_ALONE,
+  F_P50_LOAD,
+  F_P99_LOAD,
+  F_G_P50_ALONE, /* the same with --graphs: its queries as graph replays */
+  F_G_P99_ALONE,
+  F_G_P50_LOAD,
+  F_G_P99_LOAD,
+  F_ISO_GRAPHS,
   NF
 };
+enum { NF_HOST = F_G_P50_ALONE }; /* the figures of a run without --graphs */
 static const char* const fig_names[NF] = {"scan_gb_per_s",
                                           "copy_gb_per_s",
                                           "scan_over_copy",
@@ -207,7 +222,16 @@ static const char* const fig_names[NF] = {"scan_gb_per_s",
                                           "peak_over_budget",
                                           "peak_over_budget_plain",
                                           "tenant_high_over_sub",
-                                          "over_budget_retries"};
+                                          "over_budget_retries",
+                                          "interactive_p50_alone_us",
+                                          "interactive_p99_alone_us",
+                                          "interactive_p50_load_us",
+                                          "interactive_p99_load_us",
+                                          "graphs_p50_alone_us",
+                                          "graphs_p99_alone_us",
+                                          "graphs_p50_load_us",
+                                          "graphs_p99_load_us",
+                                          "isolation_graphs"};
 
 static double iso(const eg_figures* f) {
   const eg_tenant_figures* t = &f->t[0];
@@ -233,16 +257,20 @@ int bench_demo(int argc, char** argv) {
   int rounds = 0, rc = parse(argc, argv, true, &o, &rounds);
   if (rc) return rc == 1 ? 0 : rc;
   o.quiet = true;
-  eg_figures *fp = malloc(sizeof *fp), *fq = malloc(sizeof *fq);
+  eg_figures *fp = malloc(sizeof *fp), *fq = malloc(sizeof *fq), *fg = malloc(sizeof *fg);
   double* v[NF];
-  bool have = fp && fq;
+  bool have = fp && fq && fg;
+  int nf = o.graphs ? NF : NF_HOST;
   for (int k = 0; k < NF; k++) have = (v[k] = calloc(64, sizeof(double))) != NULL && have;
   if (!have) return 1;
   for (int r = 0; r < (rounds ? rounds : 64) && !rc; r++) {
-    eg_options p = o, q = o;
-    p.measure = true, q.plain = true;
-    if (eg_run(&p, fp) || eg_run(&q, fq)) {
-      fprintf(stderr, "bench demo: round %d failed: %s\n", r, fp->ok ? fq->error : fp->error);
+    eg_options p = o, q = o, g = o; /* partitions, plain streams, partitions with graphs */
+    p.measure = true, q.plain = true, p.graphs = q.graphs = false;
+    if (eg_run(&p, fp) || eg_run(&q, fq) || (o.graphs && eg_run(&g, fg))) {
+      fprintf(stderr, "bench demo: round %d failed: %s\n", r,
+              !fp->ok   ? fp->error
+              : !fq->ok ? fq->error
+                        : fg->error);
       rc = 1;
       break;
     }
@@ -258,12 +286,21 @@ int bench_demo(int argc, char** argv) {
                     (double)fp->peak_held / (double)fp->global_budget,
                     (double)fq->peak_held / (double)fq->global_budget,
                     tenant_high(fp) > tenant_high(fq) ? tenant_high(fp) : tenant_high(fq),
-                    (double)(retries(fp) + retries(fq))};
+                    (double)(retries(fp) + retries(fq)),
+                    fp->t[0].alone.p50,
+                    fp->t[0].alone.p99,
+                    fp->t[0].load.p50,
+                    fp->t[0].load.p99,
+                    o.graphs ? fg->t[0].alone.p50 : NAN,
+                    o.graphs ? fg->t[0].alone.p99 : NAN,
+                    o.graphs ? fg->t[0].load.p50 : NAN,
+                    o.graphs ? fg->t[0].load.p99 : NAN,
+                    o.graphs ? iso(fg) : NAN};
     for (int k = 0; k < NF; k++) v[k][r] = x[k];
   }
   if (!rc) {
     bench_stat s[NF];
-    for (int k = 0; k < NF; k++) s[k] = bench_stat_of(v[k], rounds);
+    for (int k = 0; k < nf; k++) s[k] = bench_stat_of(v[k], rounds);
     bool scan_ok = s[F_RATIO].median >= 0.70, busy_ok = s[F_BUSY].median >= 0.90,
          iso_ok = s[F_ISO].median <= 1.5;
     if (o.json) {
@@ -273,7 +310,7 @@ int bench_demo(int argc, char** argv) {
           "\"scale\":%s,\"figures\":{",
           fp->backend, json_quote(d, sizeof d, fp->device), rounds, fp->tenants,
           json_num(a, "%g", fp->scale));
-      for (int k = 0; k < NF; k++)
+      for (int k = 0; k < nf; k++)
         printf("%s\"%s\":{\"median\":%s,\"p10\":%s,\"p90\":%s}", k ? "," : "", fig_names[k],
                json_num(a, "%.4g", s[k].median), json_num(b, "%.4g", s[k].p10),
                json_num(c, "%.4g", s[k].p90));
@@ -304,10 +341,21 @@ int bench_demo(int argc, char** argv) {
           "largest tenant high-water / sub-budget %.3f [%.3f, %.3f]; OVER_BUDGET retries "
           "%.0f [%.0f, %.0f] a round\n",
           MS(F_PEAK), MS(F_PEAK_PLAIN), MS(F_TENANT), MS(F_RETRIES));
+      printf(
+          "latency    interactive queries on partitions, host-issued: p50/p99 alone %.0f/%.0f us, "
+          "under load %.0f/%.0f us\n",
+          s[F_P50_ALONE].median, s[F_P99_ALONE].median, s[F_P50_LOAD].median, s[F_P99_LOAD].median);
+      if (o.graphs)
+        printf(
+            "graphs     as graph replays: p50/p99 alone %.0f/%.0f us, under load %.0f/%.0f us; "
+            "isolation %.2f [%.2f, %.2f]; p50 alone %.3fx host-issued\n",
+            s[F_G_P50_ALONE].median, s[F_G_P99_ALONE].median, s[F_G_P50_LOAD].median,
+            s[F_G_P99_LOAD].median, MS(F_ISO_GRAPHS),
+            s[F_G_P50_ALONE].median / s[F_P50_ALONE].median);
 #undef MS
     }
   }
   for (int k = 0; k < NF; k++) free(v[k]);
-  free(fp), free(fq);
+  free(fp), free(fq), free(fg);
   return rc;
 }

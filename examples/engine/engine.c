@@ -528,7 +528,86 @@ static int run_query(eg_tenant* t, const eg_variant* v, uint32_t query, eg_pendi
     devrt_semaphore_value w = {t->ssem, t->sval};
     if (t_free(t, SCAN, q.ht, (q.mask + 1) * 8, &w, NULL)) return 1;
   }
-  *out = (eg_pending){v, t->qval, q.parts, query, t0};
+  *out = (eg_pending){v, t->qval, q.parts, query, t0, false};
+  return 0;
+}
+
+/* ---- --graphs: the interactive tenant's queries as graph replays ---- */
+
+/* A recorded launch on the scan stream (captured: the graph's). */
+static int g_launch(eg_tenant* t, eg_stage st, unsigned grid, void** args, const devrt_block_use* u,
+                    unsigned nuses) {
+  devrt_launch_desc d = {.stream = t->s[SCAN],
+                         .kernel = t->d->k[st],
+                         .grid = {grid},
+                         .block = {256},
+                         .args = args,
+                         .uses = u,
+                         .nuses = nuses};
+  CALL(t->e, eg_stage_names[st], devrt_launch(t->d->rt, &d));
+  return 0;
+}
+
+/* Interactive variant k's query captured on the scan stream, as run_query issues it but on one
+ * stream: its slots zeroed, each chunk generated into the shared chunk buffer and scanned into its
+ * slot, the merge. The slots are allocated first, outside the capture: the graph's output, read
+ * after every replay. No stamps (a replay's launches have no launch records). */
+static int capture_query(eg_tenant* t, int k) {
+  eg_engine* e = t->e;
+  devrt_runtime* rt = t->d->rt;
+  const eg_variant* v = &e->var[e->nq1 + e->njoin + k];
+  uint64_t words = ((uint64_t)v->nchunks + 1) * EG_AGG_WORDS, cap = v->chunk_rows, n = v->nchunks;
+  uint64_t* none = NULL;
+  CALL(e, "devrt_block_alloc (graph slots)",
+       devrt_block_alloc(rt, words * 8, t->s[SCAN], t->tag, &t->gparts[k]));
+  uint64_t *parts = eg_block_ptr(e, t->d, t->gparts[k]), *result = parts + n * EG_AGG_WORDS;
+  void* chunk = eg_block_ptr(e, t->d, t->gchunk);
+  if (!parts || !chunk) return 1;
+  CALL(e, "devrt_capture_begin", devrt_capture_begin(rt, t->s[SCAN]));
+  devrt_block_use out = {t->gparts[k], DEVRT_ACCESS_READ_WRITE};
+  devrt_block_use in[] = {{t->gchunk, DEVRT_ACCESS_WRITE}, {t->gchunk, DEVRT_ACCESS_READ}};
+  int rc = g_launch(t, EG_ZERO, t->grid, (void*[]){&parts, &words, &none}, &out, 1);
+  for (unsigned c = 0; c < v->nchunks && !rc; c++) {
+    uint64_t first = v->first + c * cap, rows = v->rows - c * cap < cap ? v->rows - c * cap : cap;
+    uint64_t* slot = parts + (uint64_t)c * EG_AGG_WORDS;
+    devrt_block_use scan[] = {in[1], out};
+    rc = g_launch(t, EG_GEN_LI, t->grid, (void*[]){&chunk, &cap, &first, &rows, &none}, in, 1) ||
+         g_launch(t, EG_SCAN_Q1, t->grid,
+                  (void*[]){&chunk, &cap, &rows, (void*)&v->cutoff, &slot, &none}, scan, 2);
+  }
+  if (!rc) rc = g_launch(t, EG_MERGE, 1, (void*[]){&parts, &n, &result, &none}, &out, 1);
+  /* ended whatever happened: the stream leaves the capture */
+  devrt_status st = devrt_capture_end(rt, t->s[SCAN], &t->graphs[k]);
+  if (rc) return rc;
+  CALL(e, "devrt_capture_end", st);
+  return 0;
+}
+
+/* The interactive tenant's graphs, one per interactive variant, and their buffers. */
+static int capture_queries(eg_tenant* t) {
+  eg_engine* e = t->e;
+  uint64_t bytes = e->ichunk_rows * EG_LI_BYTES;
+  if (!(t->graphs = calloc((size_t)e->ninter, sizeof *t->graphs)) ||
+      !(t->gparts = calloc((size_t)e->ninter, sizeof *t->gparts)))
+    return eg_fail(e, "out of host memory");
+  CALL(e, "devrt_block_alloc (graph chunk)",
+       devrt_block_alloc(t->d->rt, bytes, t->s[SCAN], t->tag, &t->gchunk));
+  for (int k = 0; k < e->ninter; k++)
+    if (capture_query(t, k)) return 1;
+  return 0;
+}
+
+/* One interactive query of variant k as a replay of its graph on the scan stream: no allocation,
+ * semaphore or host wait before the copy out (which waits for the replay on the device). */
+static int graph_query(eg_tenant* t, int k, uint32_t query, eg_pending* out) {
+  eg_engine* e = t->e;
+  uint64_t t0 = eg_now_ns();
+  const eg_variant* v = &e->var[e->nq1 + e->njoin + k];
+  CALL(e, "devrt_graph_launch", devrt_graph_launch(t->graphs[k], t->s[SCAN]));
+  atomic_fetch_add(&t->rows_done, v->rows);
+  atomic_fetch_add(&t->bytes_done, v->rows * 9); /* as chunk() counts a Q1's */
+  atomic_fetch_add(&t->chunks_done, v->nchunks);
+  *out = (eg_pending){v, 0, t->gparts[k], query, t0, true};
   return 0;
 }
 
@@ -578,13 +657,13 @@ static int collect(eg_tenant* t, const eg_pending* p) {
   int rc = t->interactive ? 0 : query_done(t, p);
   size_t bytes = ((size_t)p->v->nchunks + 1) * EG_AGG_WORDS * 8;
   if (!rc) rc = read_block(t, p->parts, t->host_parts, bytes);
-  if (!rc && t->interactive) rc = query_done(t, p); /* reached by now: its failure, if any */
+  if (!rc && t->interactive && !p->graph) rc = query_done(t, p); /* reached by now: its failure */
   uint64_t done = eg_now_ns();
   if (e->corrupt[0] == t->id && e->corrupt[1] == (int)p->query && e->corrupt[2] >= 0 &&
       (unsigned)e->corrupt[2] < p->v->nchunks)
     t->host_parts[(size_t)e->corrupt[2] * EG_AGG_WORDS + 2] ^= 1; /* Q1: A/F sum_price */
   if (!rc) rc = eg_check(e, t, p->v, p->query, t->host_parts);
-  devrt_status fs = devrt_block_free(t->d->rt, p->parts);
+  devrt_status fs = p->graph ? DEVRT_OK : devrt_block_free(t->d->rt, p->parts);
   if (fs != DEVRT_OK && !rc) rc = eg_fail(e, "devrt_block_free: %s", devrt_last_error());
   if (rc) return rc;
   int phase = atomic_load(&e->phase);
@@ -661,7 +740,9 @@ static void* interactive_main(void* arg) {
       break;
     eg_pending p;
     uint32_t query = t->next_query++;
-    if (run_query(t, &e->var[e->nq1 + e->njoin + (int)(query % (uint32_t)e->ninter)], query, &p) ||
+    int k = (int)(query % (uint32_t)e->ninter);
+    if ((e->o.graphs ? graph_query(t, k, query, &p)
+                     : run_query(t, &e->var[e->nq1 + e->njoin + k], query, &p)) ||
         collect(t, &p))
       break;
   }
@@ -711,7 +792,7 @@ static int tenant_init(eg_engine* e, int i) {
   }
   if (!(t->host_parts = calloc(((size_t)max_chunks(e, t->interactive) + 1) * EG_AGG_WORDS, 8)))
     return eg_fail(e, "out of host memory");
-  return 0;
+  return t->interactive && e->o.graphs ? capture_queries(t) : 0;
 }
 
 /* Reads every stamp back (after the phases) and places each launch on the host clock. */
@@ -1157,10 +1238,11 @@ static int setup(eg_engine* e) {
     if (d->layout) layout_text(e, &d->linfo.plan, e->f->d[i].layout, sizeof e->f->d[i].layout);
   }
   const devrt_layout_plan* p = &e->devs[0].linfo.plan;
-  snprintf(e->f->mode, sizeof e->f->mode, "%s",
+  snprintf(e->f->mode, sizeof e->f->mode, "%s%s",
            e->o.plain    ? "plain streams"
            : p->isolated ? "partitions"
-                         : "fallback");
+                         : "fallback",
+           e->o.graphs ? ", graphs" : "");
   snprintf(e->f->layout, sizeof e->f->layout, "%s", e->f->d[0].layout);
   if (e->o.measure && measure(e)) return 1;
   for (int i = 0; i < e->nt; i++)
@@ -1181,6 +1263,15 @@ static void teardown(eg_engine* e) {
     for (int s = 0; s < EG_STAMPED; s++)
       if (t->stamps[s] && devrt_block_free(rt, t->stamps[s]) != DEVRT_OK)
         eg_fail(e, "teardown: devrt_block_free: %s", devrt_last_error());
+    for (int k = 0; t->gparts && k < e->ninter; k++) {
+      if (t->graphs[k] && devrt_graph_destroy(t->graphs[k]) != DEVRT_OK)
+        eg_fail(e, "teardown: devrt_graph_destroy: %s", devrt_last_error());
+      if (t->gparts[k] && devrt_block_free(rt, t->gparts[k]) != DEVRT_OK)
+        eg_fail(e, "teardown: devrt_block_free: %s", devrt_last_error());
+    }
+    if (t->gchunk && devrt_block_free(rt, t->gchunk) != DEVRT_OK)
+      eg_fail(e, "teardown: devrt_block_free: %s", devrt_last_error());
+    free(t->graphs), free(t->gparts);
     for (int s = 0; s < EG_STREAMS; s++)
       if (t->s[s]) devrt_stream_release(rt, t->s[s]);
     devrt_semaphore* sems[] = {t->gsem[0], t->gsem[1], t->ssem, t->credit, t->asem, t->qsem};

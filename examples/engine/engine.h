@@ -38,6 +38,7 @@ typedef struct eg_options {
   int stamps;   /* launches a stamped stream stamps before it thins them (0: GPU 2^18, host 2^13) */
   bool measure; /* bench: also time a Q1 scan of resident chunks against a device copy */
   bool ranks;   /* --ranks: this process is one rank of a job a launcher started (one device) */
+  bool graphs;  /* --graphs: the interactive tenant's queries as graph replays (docs/demo.md) */
 } eg_options;
 
 /* Defaults filled for the backend (cuda: a GPU's sizes; host: `make run` in seconds). */
@@ -177,6 +178,7 @@ typedef struct eg_pending {
   devrt_block parts;
   uint32_t query;
   uint64_t t_start;
+  bool graph; /* a graph replay's: no query semaphore, and parts is the graph's (kept) */
 } eg_pending;
 
 struct eg_engine;
@@ -238,6 +240,10 @@ typedef struct eg_tenant {
   double *lat_alone, *lat_load; /* microseconds */
   size_t nalone, nload, cap_alone, cap_load;
   uint32_t next_query; /* the interactive tenant's: its threads run one after the other */
+  /* --graphs (the interactive tenant): each interactive variant's query captured at setup on
+   * the scan stream, its slots (the graph's output), and the chunk buffer its graphs share */
+  devrt_graph** graphs;
+  devrt_block *gparts, gchunk;
   /* The checker (batch tenants): a ring of pending queries under mu. */
   pthread_mutex_t mu;
   pthread_cond_t cv;

@@ -4,19 +4,11 @@
  * owns the blocks the capture allocated and freed. A graph's launch is a recorded launch over the
  * union (src/launch/launch.c); its destroy frees the blocks it owns. */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include "launch.h"
 #include "../block/block.h"
 
 #define GRAPH_MAGIC 0x6772617068766476ull /* "graphvdv" */
-
-/* Graph launches are issued one at a time, process-wide: a mutex held across a launch's waits,
- * the backend's graph launch (a driver call) and its mark. On an H200, launches from six threads
- * at once (test_graph_stress, 1000 rounds) let a replay run before a write it had waited for, in
- * up to 6 of 6000 rounds, while the same work as kernels issued the same way never did, and
- * serializing the launches removed it (docs/graphs.md); the cause is not found yet. */
-static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct devrt_graph {
   _Atomic uint64_t magic;
@@ -35,14 +27,19 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_capture_begin")); /* refused if capturing */
   dv_capture* cap = calloc(1, sizeof *cap);
   if (!cap) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_begin: out of host memory");
-  devrt_status st = rt->be->stream_create(rt->dev, NULL, 0, &cap->ps);
+  /* the capture's stream where the user's runs (a partition's green context, its priority): the
+   * captured kernels keep that context, so a replay runs on the partition's SMs */
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  dv_pool* pool = sl->pool; /* set before the lease; a pool's green and priority never change */
+  devrt_status st =
+      rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
+                            pool ? pool->priority : rt->cfg.stream_priority, &cap->ps);
   if (st == DEVRT_OK && (st = rt->be->capture_begin(cap->ps)) != DEVRT_OK)
     rt->be->stream_destroy(rt->dev, cap->ps);
   if (st != DEVRT_OK) {
     free(cap);
     return st;
   }
-  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
   cap->rt = rt, cap->next = dv_thread_captures;
   dv_thread_captures = cap;
   sl->cap = cap;
@@ -113,9 +110,7 @@ devrt_status devrt_graph_launch(devrt_graph* g, devrt_stream stream) {
   /* one recorded launch over the union of the captured uses: waits, the repeat and group paths,
    * the mark, as devrt_launch has them */
   devrt_launch_desc d = {.stream = stream, .uses = g->u, .nuses = g->n};
-  pthread_mutex_lock(&launch_mu);
   devrt_status st = dv_launch_issue(rt, &d, stream, s, g->exec, NULL);
-  pthread_mutex_unlock(&launch_mu);
   if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
   return st;
 }

@@ -46,12 +46,13 @@ class Demo(unittest.TestCase):
             self.fail(f"devrt demo --json is not JSON ({e}); exit {rc}\n{out[:2000]}\n{err}")
         return rc, doc, err
 
-    def check_figures(self, doc, plain):
+    def check_figures(self, doc, plain, graphs=False):
         self.assertTrue(doc["ok"], doc["error"])
         self.assertEqual(doc["error"], "")
         self.assertEqual(doc["backend"], "cuda" if GPU else "host")
         self.assertEqual(len(doc["tenants"]), 4)
-        self.assertEqual(doc["mode"], "plain streams" if plain else "partitions")
+        self.assertEqual(doc["mode"], ("plain streams" if plain else "partitions") +
+                         (", graphs" if graphs else ""))
         self.assertTrue(all(t["isolated"] != plain for t in doc["tenants"]))
         t0, batch = doc["tenants"][0], doc["tenants"][1:]
         self.assertEqual(t0["kind"], "interactive")
@@ -118,6 +119,19 @@ class Demo(unittest.TestCase):
         rc, doc, err = self.demo_json(["--plain"])
         self.assertEqual(rc, 0, err)
         self.check_figures(doc, plain=True)
+
+    def test_graphs(self):
+        # the interactive tenant's queries as graph replays: every result still checked
+        rc, doc, err = self.demo_json(["--graphs"])
+        self.assertEqual(rc, 0, err)
+        self.check_figures(doc, plain=False, graphs=True)
+        self.assertGreater(doc["tenants"][0]["rows"], 0)
+
+    def test_graphs_mismatch_fails_naming_it(self):
+        # a replay's result is compared as a host-issued query's is
+        rc, doc, err = self.demo_json(["--graphs"], DEVRT_DEMO_CORRUPT="0:3:1")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("check failed: tenant 0 (interactive), query 3 ", doc["error"])
 
     def test_table(self):
         rc, out, err = run([*size_args(), "--tenants", "3"])
@@ -261,6 +275,20 @@ class Demo(unittest.TestCase):
         self.assertLessEqual(figs["peak_over_budget"]["p90"], 1.0)
         self.assertLessEqual(figs["tenant_high_over_sub"]["p90"], 1.0)
         self.assertTrue(set(doc["goals"]) >= {"scan_met", "busy_met", "isolation_met"})
+        self.assertNotIn("graphs_p50_alone_us", figs)  # no --graphs: no graph arm
+
+    def test_bench_graphs_json(self):
+        e = dict(os.environ, DEVRT_BACKEND="cuda" if GPU else "host")
+        p = subprocess.run([DEVRT, "bench", "demo", "--rounds", "1", "--graphs", *size_args(),
+                            "--json"], capture_output=True, text=True, env=e, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        figs = json.loads(p.stdout)["figures"]
+        for name in ("interactive_p50_alone_us", "interactive_p99_load_us", "graphs_p50_alone_us",
+                     "graphs_p99_alone_us", "graphs_p50_load_us", "graphs_p99_load_us",
+                     "isolation_graphs"):
+            self.assertGreater(figs[name]["median"], 0, name)
+        self.assertGreaterEqual(figs["graphs_p99_alone_us"]["median"],
+                                figs["graphs_p50_alone_us"]["median"])
 
     def test_bad_options(self):
         # every number checked: one line naming the option and the value, exit 2

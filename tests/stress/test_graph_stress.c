@@ -79,6 +79,22 @@ static void release(gset* x) {
   *x = (gset){0};
 }
 
+/* b_read on a stream another thread may begin capturing at any call: refused at the first call,
+ * nothing was enqueued (INVALID_STATE: the caller reads on its own stream instead); refused later,
+ * the copy into host is on s already, so its finish and synchronize are retried until the capture
+ * ends: a read given up there would land in host after the caller reused it. */
+static devrt_status read_on(devrt_stream s, devrt_block b, void* host, size_t bytes) {
+  devrt_status st = devrt_prepare_block_use(rt, b, s, DEVRT_ACCESS_READ);
+  if (st == DEVRT_OK && (st = devrt_memcpy_async(rt, host, bptr(rt, b), bytes, s)) != DEVRT_OK)
+    return st; /* nothing is on s (its waits alone) */
+  if (st != DEVRT_OK) return st;
+  while ((st = devrt_finish_block_use(rt, b, s, DEVRT_ACCESS_READ)) == DEVRT_ERR_INVALID_STATE)
+    sched_yield();
+  if (st != DEVRT_OK) return st;
+  while ((st = devrt_stream_synchronize(rt, s)) == DEVRT_ERR_INVALID_STATE) sched_yield();
+  return st;
+}
+
 static void work(int t) {
   uint64_t r = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
   gset x = {0};
@@ -109,8 +125,8 @@ static void work(int t) {
       capture(t, &x, ++id, &r);
       continue;
     }
-    if ((st = b_read(rt, sr, x.out, h, N * 4)) == DEVRT_ERR_INVALID_STATE)
-      atomic_fetch_add(&refused, 1), st = b_read(rt, sr = S[t], x.out, h, N * 4);
+    if ((st = read_on(sr, x.out, h, N * 4)) == DEVRT_ERR_INVALID_STATE)
+      atomic_fetch_add(&refused, 1), st = read_on(sr = S[t], x.out, h, N * 4);
     OK(st);
     uint64_t wrong = 0;
     for (int k = 0; k < N; k++) wrong += h[k] != v;
