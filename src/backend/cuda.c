@@ -2,6 +2,7 @@
  * devrt's own stream-ordered pool, modules and launches, SM splits and green contexts.
  * Stream-ordered calls take the context from their stream and never touch the caller's current
  * context; calls that need one push the primary (or green) context and pop it again. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,7 +406,23 @@ DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned 
 
 /* ---- graphs: stream capture, instantiated at the end ----
  * Relaxed mode: the capture stream is devrt's own (src/launch/graph.c), nothing else enqueues on
- * it, and the capturing thread goes on using devrt's other streams (a synchronize among them). */
+ * it, and the capturing thread goes on using devrt's other streams (a synchronize among them).
+ *
+ * A graph is launched on a stream of its own, joined to the caller's stream by two events, never
+ * on the caller's stream itself: with several threads submitting to shared streams, a
+ * cuGraphLaunch into a stream that another thread submits to at the same time can lose its place
+ * in that stream's order (later work, or an event recorded after it, completes before the graph
+ * runs: driver 580.159.04 on an H200, without devrt: bench/results/h200-2026-11-28-graphs/
+ * concurrent-launches.md), while kernels, copies, records and waits keep theirs. */
+
+typedef struct cu_graph {
+  CUgraphExec x;
+  CUstream s;         /* the capture's stream, kept: the graph's launches run here (its context) */
+  CUevent before;     /* the caller's stream's point a launch starts after */
+  CUevent after;      /* the launch's end, which the caller's stream waits for */
+  pthread_mutex_t mu; /* a mutex held across a launch's five driver calls: s and the events
+                       * serve one launch at a time */
+} cu_graph;
 
 static devrt_status cu_capture_begin(dv_stream* s) {
   if (!D->has_graphs)
@@ -416,20 +433,46 @@ static devrt_status cu_capture_begin(dv_stream* s) {
   return DEVRT_OK;
 }
 
+static void graph_free(cu_graph* g) {
+  if (g->x) D->cuGraphExecDestroy(g->x);       /* in flight: freed once its launches finish */
+  if (g->before) D->cuEventDestroy(g->before); /* the same for events and the stream */
+  if (g->after) D->cuEventDestroy(g->after);
+  D->cuStreamDestroy(g->s);
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+}
+
+/* Takes s: the graph keeps it as its launch stream (destroyed with the graph, or here on
+ * failure). */
 static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
-  CUgraph g = NULL;
-  CUgraphExec x = NULL;
-  CU(D->cuStreamEndCapture((CUstream)s, &g), "cuStreamEndCapture", "(stream %p)", (void*)s);
-  devrt_status st = push(d, NULL); /* instantiation takes the caller's current context */
+  CUgraph cg = NULL;
+  cu_graph* g = calloc(1, sizeof *g);
+  CUresult r = D->cuStreamEndCapture((CUstream)s, &cg); /* ends it, even without memory */
+  if (!g) {
+    if (r == CUDA_SUCCESS) D->cuGraphDestroy(cg);
+    cu_stream_destroy(d, s);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture end: out of host memory");
+  }
+  g->s = (CUstream)s;
+  pthread_mutex_init(&g->mu, NULL);
+  const char* what = "cuStreamEndCapture";
+  devrt_status st = r == CUDA_SUCCESS ? push(d, NULL) : DEVRT_OK; /* instantiation takes the */
+  if (r == CUDA_SUCCESS && st == DEVRT_OK) {                      /* caller's context */
+    if ((r = D->cuGraphInstantiateWithFlags(&g->x, cg, 0)) != CUDA_SUCCESS)
+      what = "cuGraphInstantiateWithFlags";
+    else if ((r = D->cuEventCreate(&g->before, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+             (r = D->cuEventCreate(&g->after, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+      what = "cuEventCreate";
+    pop();
+  }
+  if (cg) D->cuGraphDestroy(cg); /* the executable graph keeps what it needs */
+  if (st == DEVRT_OK && r != CUDA_SUCCESS) st = dv_cu_fail(r, what, "(captured graph)");
   if (st != DEVRT_OK) {
-    D->cuGraphDestroy(g);
+    D->cuStreamSynchronize(g->s);
+    graph_free(g);
     return st;
   }
-  CUresult r = D->cuGraphInstantiateWithFlags(&x, g, 0);
-  pop();
-  D->cuGraphDestroy(g); /* the executable graph keeps what it needs */
-  if (r != CUDA_SUCCESS) return dv_cu_fail(r, "cuGraphInstantiateWithFlags", "(captured graph)");
-  *out = (dv_graph*)x;
+  *out = (dv_graph*)g;
   return DEVRT_OK;
 }
 
@@ -446,15 +489,33 @@ static void cu_capture_mode_swap(int* mode) {
   if (D->has_graphs && D->cuThreadExchangeStreamCaptureMode(&m) == CUDA_SUCCESS) *mode = (int)m;
 }
 
-static devrt_status cu_graph_launch(dv_graph* g, dv_stream* s) {
-  CU(D->cuGraphLaunch((CUgraphExec)g, (CUstream)s), "cuGraphLaunch", "(stream %p)", (void*)s);
+/* The caller's stream's point, the graph after it on its own stream, the caller's stream after
+ * the graph. A failure once the graph is enqueued waits for it on the host: the caller is told
+ * the launch failed, and nothing of it may still run then. */
+static devrt_status cu_graph_launch(dv_graph* gr, dv_stream* s) {
+  cu_graph* g = (cu_graph*)gr;
+  CUstream cs = (CUstream)s;
+  const char* what = "cuEventRecord";
+  pthread_mutex_lock(&g->mu);
+  CUresult r = D->cuEventRecord(g->before, cs);
+  if (r == CUDA_SUCCESS && (r = D->cuStreamWaitEvent(g->s, g->before, 0)) != CUDA_SUCCESS)
+    what = "cuStreamWaitEvent";
+  if (r == CUDA_SUCCESS && (r = D->cuGraphLaunch(g->x, g->s)) != CUDA_SUCCESS)
+    what = "cuGraphLaunch";
+  else if (r == CUDA_SUCCESS && ((r = D->cuEventRecord(g->after, g->s)) != CUDA_SUCCESS ||
+                                 (r = D->cuStreamWaitEvent(cs, g->after, 0)) != CUDA_SUCCESS)) {
+    what = "joining the graph's stream";
+    D->cuStreamSynchronize(g->s);
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (r != CUDA_SUCCESS) return dv_cu_fail(r, what, "(graph launch, stream %p)", (void*)s);
   return DEVRT_OK;
 }
 
-/* Launches in flight finish first (the driver frees it once they have). */
+/* Launches in flight finish first (the driver frees what they use once they have). */
 static void cu_graph_destroy(dv_dev* d, dv_graph* g) {
   (void)d;
-  D->cuGraphExecDestroy((CUgraphExec)g);
+  graph_free((cu_graph*)g);
 }
 
 static devrt_status cu_kernel_params(dv_kernel* k, unsigned max, unsigned* sizes, unsigned* n) {

@@ -64,8 +64,7 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   while (*p != cap) p = &(*p)->next;
   *p = cap->next;
   dv_graph* exec = NULL;
-  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec);
-  rt->be->stream_destroy(rt->dev, cap->ps);
+  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec); /* takes the stream */
   /* the blocks it allocated and freed become the graph's */
   unsigned nowned = 0;
   for (unsigned i = 0; i < cap->nmade; i++) nowned += cap->made[i].owned;
