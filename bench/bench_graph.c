@@ -1,11 +1,13 @@
 /* bench_graph.c: `devrt bench graph`: the replay of a captured region of 100 small recorded
- * launches (devrt_graph_launch) against the backend's replay of the same 100 launches captured raw
- * (cuGraphLaunch on cuda), and against issuing the 100 recorded launches one by one. */
+ * launches (devrt_graph_launch) against the same 100 launches captured and replayed raw (cuda:
+ * cuStreamBeginCapture and cuGraphLaunch on the stream, as a CUDA user writes it; host: the
+ * backend's replay), and against issuing the 100 recorded launches one by one. */
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
 #include "devrt/graph.h"
 #include "block/block.h"
+#include "driver/cuda_driver.h"
 #include "runtime/runtime.h"
 
 #define BENCH_SUITE "graph"
@@ -31,7 +33,9 @@ typedef struct gctx {
   dv_module* rmod;
   dv_kernel* rk;
   dv_stream* sa;
-  dv_graph* rg;
+  dv_graph* rg;        /* host: the backend's graph */
+  const dv_driver* cu; /* cuda: the driver, and the raw executable graph */
+  CUgraphExec rx;
 } gctx;
 
 #define BE(c) ((c)->rt->be)
@@ -45,10 +49,36 @@ static int d_replay(void* p, int n) {
   for (int i = 0; i < n; i++) TRY("devrt_graph_launch", devrt_graph_launch(c->g, c->a));
   return 0;
 }
+static int b_replay(void* p, int n) { /* the backend's launch of the same graph */
+  gctx* c = p;
+  for (int i = 0; i < n; i++) TRY("graph_launch (backend)", BE(c)->graph_launch(c->rg, c->sa));
+  return 0;
+}
 static int r_replay(void* p, int n) {
   gctx* c = p;
-  for (int i = 0; i < n; i++) TRY("graph_launch (raw)", BE(c)->graph_launch(c->rg, c->sa));
-  return 0;
+  for (int i = 0; i < n && c->cu; i++)
+    if (c->cu->cuGraphLaunch(c->rx, (CUstream)c->sa) != CUDA_SUCCESS) return -1;
+  return c->cu ? 0 : b_replay(p, n);
+}
+
+/* cuda: the 100 launches captured on a stream of their own and instantiated, with the driver's
+ * calls alone (the kernel launched through the backend: one cuLaunchKernel). */
+static int raw_cuda(gctx* c, dv_stream* cs) {
+  const dv_driver* d = c->cu;
+  static const unsigned grid[3] = {1, 1, 1}, block[3] = {ELEMS, 1, 1};
+  CUgraph g = NULL;
+  if (d->cuStreamBeginCapture((CUstream)cs, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS)
+    return -1;
+  devrt_status st = DEVRT_OK;
+  for (int i = 0; i < NLAUNCH && st == DEVRT_OK; i++)
+    st = BE(c)->launch(cs, c->rk, grid, block, 0, c->args[i % NBLK]);
+  CUresult r = d->cuStreamEndCapture((CUstream)cs, &g);
+  if (st == DEVRT_OK && r == CUDA_SUCCESS && BE(c)->device_enter(c->rt->dev) == DEVRT_OK) {
+    r = d->cuGraphInstantiateWithFlags(&c->rx, g, 0); /* under the device's context */
+    BE(c)->device_leave(c->rt->dev);
+  }
+  if (g) d->cuGraphDestroy(g);
+  return st == DEVRT_OK && r == CUDA_SUCCESS && c->rx ? 0 : -1;
 }
 static int d_launches(void* p, int n) {
   for (int i = 0; i < n; i++)
@@ -89,13 +119,22 @@ static int setup(gctx* c, const cli_opts* o) {
   TRY("kernel_get", BE(c)->kernel_get(c->rmod, "devrt_fill_u32", &c->rk));
   dv_stream* cs = NULL; /* a stream of its own for the raw capture, as devrt's capture has */
   TRY("stream_create", BE(c)->stream_create(c->rt->dev, NULL, 0, &cs));
+  if (!strcmp(BE(c)->name, "cuda")) {
+    TRY("driver", dv_driver_get(&c->cu));
+    int rc = raw_cuda(c, cs);
+    BE(c)->stream_destroy(c->rt->dev, cs);
+    if (rc) {
+      fprintf(stderr, "bench graph: the raw capture failed\n");
+      return -1;
+    }
+    TRY("stream_create", BE(c)->stream_create(c->rt->dev, NULL, 0, &cs)); /* the backend's too */
+  }
   devrt_status st = BE(c)->capture_begin(cs);
   static const unsigned grid[3] = {1, 1, 1}, block[3] = {ELEMS, 1, 1};
   for (int i = 0; i < NLAUNCH && st == DEVRT_OK; i++)
     st = BE(c)->launch(cs, c->rk, grid, block, 0, c->args[i % NBLK]);
   dv_graph* rg = NULL;
-  devrt_status end = BE(c)->capture_end(c->rt->dev, cs, &rg);
-  BE(c)->stream_destroy(c->rt->dev, cs);
+  devrt_status end = BE(c)->capture_end(c->rt->dev, cs, &rg); /* takes cs */
   TRY("raw capture", st != DEVRT_OK ? st : end);
   c->rg = rg;
   return sync_a(c);
@@ -105,6 +144,7 @@ static void teardown(gctx* c) {
   if (!c->rt) return;
   if (c->a) sync_a(c);
   if (c->rg) BE(c)->graph_destroy(c->rt->dev, c->rg);
+  if (c->rx) c->cu->cuGraphExecDestroy(c->rx);
   if (c->rmod) BE(c)->module_unload(c->rt->dev, c->rmod);
   if (c->g) devrt_graph_destroy(c->g);
   for (int i = 0; i < NBLK; i++)
@@ -125,11 +165,15 @@ int bench_graph(const cli_opts* o) {
   bench_suite b;
   dv_block_paths s0 = dv_block_paths_get(c.rt), s1;
   bench_begin(&b, o, BENCH_SUITE, c.rt->info.name, c.rt->be->name);
-  /* (a) devrt's replay against the raw replay: what tracking adds to one graph launch */
+  /* (a) devrt's replay against the raw replay: what devrt adds to one graph launch */
   int rc = bench_pair(&b, "replay_100_launches", &c, d_replay, r_replay, sync_a, ITERS, rounds);
   bench_stat replay = b.devrt;
   s1 = dv_block_paths_get(c.rt);
-  /* (b) the replay against the 100 recorded launches it stands for: the "raw" column here is
+  /* (b) against the backend's launch of the same graph (cuda: on the graph's own stream, joined
+   * to the caller's by events, src/backend/cuda.c): what tracking alone adds */
+  if (!rc)
+    rc = bench_pair(&b, "replay_vs_backend_launch", &c, d_replay, b_replay, sync_a, ITERS, rounds);
+  /* (c) the replay against the 100 recorded launches it stands for: the "raw" column here is
    * devrt issuing them one by one, so the ratio is what the graph saves (below 1 is the win) */
   if (!rc)
     rc = bench_pair(&b, "replay_vs_100_launches", &c, d_replay, d_launches, sync_a, ITERS, rounds);
