@@ -6,9 +6,17 @@
  * the capture's), foreign work through devrt_prepare_block_use / devrt_finish_block_use, and
  * devrt_memcpy_async / devrt_memset_async. Every other call on a capturing stream, and every call
  * on it from another thread, is refused with INVALID_STATE naming the capture (a synchronize, an
- * allocation from a resource or a pool on it, a submission, an event, a collective, a release),
- * so nothing runs unrecorded in the middle of a capture. The stream itself runs nothing
- * meanwhile: recording happens on a stream of the capture's own.
+ * allocation from a resource or a pool on it, a submission, a collective, a release), so nothing
+ * runs unrecorded in the middle of a capture. The stream itself runs nothing meanwhile:
+ * recording happens on a stream of the capture's own.
+ *
+ * Other streams join by events (CUDA's fork and join): devrt_event_record on a capturing stream
+ * records a point of the capture; devrt_stream_wait_event for it on another stream of the runtime
+ * makes that stream join the capture (the calling thread's calls on it are recorded from then on,
+ * on a capture stream of its own), and on a stream of the capture orders it inside the graph.
+ * Each joined stream must be joined back before the end: an event recorded on it after its last
+ * recorded call, waited for by another stream of the capture; devrt_capture_end (on the stream
+ * that began the capture) fails otherwise, naming it, and ends the capture all the same.
  *
  * Memory under capture: devrt_block_alloc on the capturing stream (capturing thread) allocates at
  * once, from the stream's resource, so the block has one address for every launch of the graph.
@@ -51,14 +59,16 @@ typedef struct devrt_graph_info {
 devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream);
 
 /* Ends the calling thread's capture of `stream` and makes the graph (instantiated, ready to
- * launch). INVALID_STATE when this thread does not capture it; a failure while recording fails
- * the capture here too (nothing is made). Either way the stream leaves capture. */
+ * launch). INVALID_STATE when this thread does not capture it, when `stream` joined another's
+ * capture, or when a joined stream was not joined back; a failure while recording fails the
+ * capture here too (nothing is made). Either way the stream, and every stream that joined,
+ * leaves capture. */
 devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_graph** out);
 
 /* Launches the graph on `stream` as one recorded launch (see above). STALE_BLOCK if a block it
  * uses was freed; INVALID_ARGUMENT for a NULL or destroyed graph or another runtime's stream.
- * Thread-safe (launches of one graph may run on several streams at once); the issuing of graph
- * launches is serialized process-wide by a mutex (docs/graphs.md says why). */
+ * Thread-safe (launches of one graph may run on several streams at once, each tracked on its own;
+ * the device runs them one at a time). */
 devrt_status devrt_graph_launch(devrt_graph* graph, devrt_stream stream);
 
 /* What the graph holds and how often it ran. Thread-safe. */

@@ -151,9 +151,9 @@ typedef struct dv_backend {
    * on a stream as one piece of work; graph_destroy may come while launches are in flight (they
    * finish first). cuda: stream capture (relaxed mode) and an instantiated graph, launched on s
    * kept as its own stream and joined to the caller's by events; host: the stream's ops kept in
-   * a list, run in order by the launching stream's worker. stream_capturing: whether anyone (a framework's
-   * capture of a foreign stream too) captures s; capture_mode_swap: exchanges the calling
-   * thread's capture mode (DV_CAPTURE_MODE_*) with *mode (host: nothing to exchange). */
+   * a list, run in order by the launching stream's worker. stream_capturing: whether anyone (a
+   * framework's capture of a foreign stream too) captures s; capture_mode_swap: exchanges the
+   * calling thread's capture mode (DV_CAPTURE_MODE_*) with *mode (host: nothing to exchange). */
   devrt_status (*capture_begin)(dv_stream* s);
   devrt_status (*capture_end)(dv_dev* d, dv_stream* s, dv_graph** out);
   devrt_status (*graph_launch)(dv_graph* g, dv_stream* s);

@@ -88,6 +88,9 @@ struct dv_stream {
   op *head, *tail;            /* FIFO, under mu */
   op *cap_head, *cap_tail;    /* under mu: capturing (capture_begin): ops recorded, not run */
   bool capturing;             /* under mu */
+  struct dv_stream* into;     /* under mu: capturing as a stream that joined another's capture
+                               * by an event: the capture's stream, whose list it records into
+                               * (a reference, dropped with the stream) */
   uint64_t submitted;         /* ops enqueued, under mu */
   _Atomic uint64_t completed; /* ops finished; written under mu, read lock-free */
   bool stop;                  /* under mu */
@@ -107,6 +110,8 @@ struct dv_event {
   dv_dev* dev;
   dv_stream* s; /* holds a reference, so the fence outlives the stream */
   uint64_t target;
+  dv_stream* cap; /* recorded in a capture: its stream (a reference); a stream that waits for it
+                   * joins that capture. A capture records in call order, so no fence is needed */
 };
 
 static void free_ops(op* o) {
@@ -126,6 +131,7 @@ static void stream_unref(dv_stream* s) {
   DV_ASSERT(was > 0);
   if (was != 1) return;
   free_ops(s->cap_head); /* a capture its stream's owner never ended */
+  if (s->into) stream_unref(s->into);
   pthread_cond_destroy(&s->done);
   pthread_cond_destroy(&s->work);
   pthread_mutex_destroy(&s->mu);
@@ -244,6 +250,12 @@ static devrt_status start_worker(dv_stream* s, const char* who) {
  * is dropped. */
 static devrt_status enqueue(dv_stream* s, op* o, const char* who) {
   pthread_mutex_lock(&s->mu);
+  dv_stream* into = s->capturing ? s->into : NULL;
+  if (into) { /* a joined stream records into its capture's list, in call order */
+    pthread_mutex_unlock(&s->mu);
+    s = into;
+    pthread_mutex_lock(&s->mu);
+  }
   if (s->capturing) { /* recorded: launches, fills and copies (devrt enqueues nothing else) */
     DV_ASSERT(o->kind == OP_LAUNCH || o->kind == OP_MEMSET || o->kind == OP_MEMCPY ||
               o->kind == OP_FN);
@@ -491,6 +503,7 @@ static void host_event_destroy(dv_dev* d, dv_event* e) {
   (void)d;
   if (!e) return;
   if (e->s) stream_unref(e->s);
+  if (e->cap) stream_unref(e->cap);
   pthread_mutex_destroy(&e->mu);
   free(e);
 }
@@ -500,15 +513,17 @@ static devrt_status host_event_record(dv_event* e, dv_stream* s) {
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host event_record: event or stream is NULL");
   if (dv_fault_hit(&s->dev->faults[DV_FAULT_EVENT_RECORD]))
     return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host event_record: injected fault");
-  stream_ref(s);
   pthread_mutex_lock(&e->mu);
-  dv_stream* old = e->s;
+  dv_stream *old = e->s, *oldcap = e->cap;
   pthread_mutex_lock(&s->mu);
+  dv_stream* cap = s->capturing ? (s->into ? s->into : s) : NULL;
   e->target = s->submitted;
   pthread_mutex_unlock(&s->mu);
-  e->s = s;
+  stream_ref(cap ? cap : s);
+  e->s = cap ? NULL : s, e->cap = cap;
   pthread_mutex_unlock(&e->mu);
   if (old) stream_unref(old);
+  if (oldcap) stream_unref(oldcap);
   return DEVRT_OK;
 }
 
@@ -525,6 +540,18 @@ static bool event_snapshot(dv_event* e, dv_stream** s, uint64_t* target) {
 static devrt_status host_stream_wait(dv_stream* s, dv_event* e) {
   if (!s || !e)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host stream_wait: stream or event is NULL");
+  pthread_mutex_lock(&e->mu);
+  dv_stream* cap = e->cap;
+  if (cap) stream_ref(cap);
+  pthread_mutex_unlock(&e->mu);
+  if (cap) { /* a point of a capture: s is of that capture already, or joins it */
+    pthread_mutex_lock(&s->mu);
+    bool join = !s->capturing && s != cap;
+    if (join) s->capturing = true, s->into = cap; /* the reference is s's now */
+    pthread_mutex_unlock(&s->mu);
+    if (!join) stream_unref(cap);
+    return DEVRT_OK;
+  }
   dv_stream* fs;
   uint64_t target;
   if (!event_snapshot(e, &fs, &target)) return DEVRT_OK;

@@ -40,9 +40,11 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
     free(cap);
     return st;
   }
+  static _Atomic uint64_t ids; /* a figure's worth of order: relaxed */
   cap->rt = rt, cap->next = dv_thread_captures;
+  cap->id = atomic_fetch_add_explicit(&ids, 1, memory_order_relaxed) + 1;
   dv_thread_captures = cap;
-  sl->cap = cap;
+  sl->cap = cap, sl->cap_ps = cap->ps, sl->cap_last = 0;
   /* relaxed: only this thread reads cap; others only compare the token (rt.h) */
   atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
   return DEVRT_OK;
@@ -58,13 +60,38 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
                    "devrt_capture_end: stream %#" PRIx64 " is not capturing on this thread",
                    stream);
   dv_capture* cap = sl->cap;
+  if (sl->cap_ps != cap->ps)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_capture_end: stream %#" PRIx64
+                   " joined another stream's capture by an event: end the capture there",
+                   stream);
+  /* a stream the capture forked into must have been joined back (CUDA's rule): named, and the
+   * capture ended all the same */
+  uint64_t unjoined = 0;
+  for (unsigned j = 0; j < cap->njoined; j++) {
+    dv_slot* js = &rt->slots[cap->joined[j].slot];
+    if (!unjoined && cap->joined[j].back != js->cap_last)
+      unjoined = atomic_load_explicit(&js->id, memory_order_relaxed);
+    atomic_store_explicit(&js->cap_owner, 0, memory_order_relaxed);
+    js->cap = NULL, js->cap_ps = NULL;
+  }
   atomic_store_explicit(&sl->cap_owner, 0, memory_order_relaxed); /* as in begin */
-  sl->cap = NULL;
+  sl->cap = NULL, sl->cap_ps = NULL;
   dv_capture** p = &dv_thread_captures;
   while (*p != cap) p = &(*p)->next;
   *p = cap->next;
   dv_graph* exec = NULL;
   devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec); /* takes the stream */
+  for (unsigned j = 0; j < cap->njoined; j++)                     /* out of the capture now */
+    rt->be->stream_destroy(rt->dev, cap->joined[j].ps);
+  if (unjoined) { /* the reason, whatever the backend made of it */
+    if (st == DEVRT_OK) rt->be->graph_destroy(rt->dev, exec);
+    st = dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "devrt_capture_end: stream %#" PRIx64
+                 " joined the capture but was not joined back: record an event on it after its "
+                 "last recorded call and make a stream of the capture wait for it (docs/graphs.md)",
+                 unjoined);
+  }
   /* the blocks it allocated and freed become the graph's */
   unsigned nowned = 0;
   for (unsigned i = 0; i < cap->nmade; i++) nowned += cap->made[i].owned;

@@ -1,5 +1,6 @@
 /* event.c: public events over the backend's events, each owned by one runtime and listed there
  * so a destroyed runtime frees the events its users left behind. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include "rt.h"
 
@@ -10,6 +11,12 @@ struct devrt_event {
   devrt_runtime* rt;
   dv_event* e;
   struct devrt_event *prev, *next;
+  /* Its last record was in a capture (the capture's id, else 0; relaxed: other threads only see
+   * that it is not 0), on slot cap_slot after its cap_at-th recorded call (the capturing thread's
+   * alone while cap_id is its capture's). */
+  _Atomic uint64_t cap_id;
+  unsigned cap_slot;
+  uint32_t cap_at;
 };
 
 #define DV_EV_CHECK(rt, ev, call)                                                                \
@@ -77,24 +84,97 @@ void dv_events_fini(devrt_runtime* rt) {
 devrt_status devrt_event_record(devrt_runtime* rt, devrt_event* ev, devrt_stream stream) {
   DV_EV_CHECK(rt, ev, "devrt_event_record");
   dv_stream* s = NULL;
-  DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_event_record"));
-  return rt->be->event_record(ev->e, s);
+  dv_capture* cap = NULL; /* capturing: recorded in the capture, a point other streams can join */
+  DV_CHECK(dv_stream_or_capture(rt, stream, &s, &cap, "devrt_event_record"));
+  unsigned slot = DV_SID_SLOT(stream);
+  devrt_status st = rt->be->event_record(ev->e, s);
+  if (st == DEVRT_OK && cap) ev->cap_slot = slot, ev->cap_at = rt->slots[slot].cap_last;
+  atomic_store_explicit(&ev->cap_id, st == DEVRT_OK && cap ? cap->id : 0, memory_order_relaxed);
+  return st;
+}
+
+/* The calling thread's capture with that id, or NULL. */
+static dv_capture* my_capture(uint64_t id) {
+  dv_capture* c = dv_thread_captures;
+  while (c && c->id != id) c = c->next;
+  return c;
+}
+
+/* A wait for an event recorded in a capture: a stream of the capture waits inside it (joining
+ * back the event's stream when that was its last recorded call); a stream of no capture joins
+ * this one (CUDA's fork): its calls from this thread are recorded, on a capture stream of its own
+ * in its context, until the capture ends. */
+static DV_NOINLINE devrt_status captured_wait(devrt_runtime* rt, devrt_stream stream,
+                                              devrt_event* ev) {
+  static const char* call = "devrt_stream_wait_event";
+  dv_capture* cap = my_capture(atomic_load_explicit(&ev->cap_id, memory_order_relaxed));
+  if (!cap || cap->rt != rt)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "%s: event %p was recorded in a capture that is over or another thread's", call,
+                   (void*)ev);
+  if (!dv_stream_held(rt, stream)) return dv_stream_refused(rt, stream, call);
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  uintptr_t owner = atomic_load_explicit(&sl->cap_owner, memory_order_relaxed); /* as rt.h */
+  if (owner && (owner != (uintptr_t)&dv_thread_me || sl->cap != cap))
+    return owner != (uintptr_t)&dv_thread_me
+               ? dv_capture_refused(rt, stream, call)
+               : dv_fail(DEVRT_ERR_INVALID_STATE,
+                         "%s: stream %#" PRIx64 " records another capture of this thread", call,
+                         stream);
+  dv_stream* ps = NULL;
+  if (owner) {
+    ps = sl->cap_ps;
+    sl->cap_last++;
+  } else { /* the fork: the stream joins the capture */
+    if (cap->njoined == DV_CAPTURE_JOINED)
+      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: a capture joins at most %u streams", call,
+                     DV_CAPTURE_JOINED);
+    dv_pool* pool = sl->pool; /* as in devrt_capture_begin */
+    DV_CHECK(rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
+                                   pool ? pool->priority : rt->cfg.stream_priority, &ps));
+  }
+  devrt_status st = rt->be->stream_wait(ps, ev->e);
+  if (!owner && st != DEVRT_OK) rt->be->stream_destroy(rt->dev, ps);
+  if (!owner && st == DEVRT_OK) {
+    cap->joined[cap->njoined++] = (dv_joined){DV_SID_SLOT(stream), ps, 0};
+    sl->cap = cap, sl->cap_ps = ps, sl->cap_last = 0;
+    atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
+  }
+  for (unsigned j = 0; st == DEVRT_OK && j < cap->njoined; j++) /* the event's stream joined back */
+    if (cap->joined[j].slot == ev->cap_slot && ev->cap_slot != DV_SID_SLOT(stream) &&
+        ev->cap_at > cap->joined[j].back)
+      cap->joined[j].back = ev->cap_at;
+  return st;
 }
 
 devrt_status devrt_stream_wait_event(devrt_runtime* rt, devrt_stream stream, devrt_event* ev) {
   DV_EV_CHECK(rt, ev, "devrt_stream_wait_event");
+  if (DV_UNLIKELY(atomic_load_explicit(&ev->cap_id, memory_order_relaxed)))
+    return captured_wait(rt, stream, ev);
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_stream_wait_event"));
   return rt->be->stream_wait(s, ev->e);
 }
 
+/* An event last recorded in a capture marks a point of the graph, not of any stream's work. */
+static DV_NOINLINE DV_COLD devrt_status in_capture(devrt_event* ev, const char* call) {
+  return dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "%s: event %p was last recorded in a capture: only a wait from a stream of that "
+                 "capture can use it (record it outside a capture first)",
+                 call, (void*)ev);
+}
+
 devrt_status devrt_event_query(devrt_runtime* rt, devrt_event* ev, bool* complete) {
   DV_EV_CHECK(rt, ev, "devrt_event_query");
   DV_ARG_CHECK(complete, "devrt_event_query", "complete is NULL");
+  if (DV_UNLIKELY(atomic_load_explicit(&ev->cap_id, memory_order_relaxed)))
+    return in_capture(ev, "devrt_event_query");
   return rt->be->event_query(ev->e, complete);
 }
 
 devrt_status devrt_event_synchronize(devrt_runtime* rt, devrt_event* ev) {
   DV_EV_CHECK(rt, ev, "devrt_event_synchronize");
+  if (DV_UNLIKELY(atomic_load_explicit(&ev->cap_id, memory_order_relaxed)))
+    return in_capture(ev, "devrt_event_synchronize");
   return rt->be->event_sync(ev->e);
 }

@@ -132,7 +132,8 @@ static inline devrt_status dv_stream_or_capture(devrt_runtime* rt, devrt_stream 
   }
   if (owner != (uintptr_t)&dv_thread_me) return dv_capture_refused(rt, id, call);
   *cap = sl->cap;
-  *out = sl->cap->ps;
+  *out = sl->cap_ps;
+  sl->cap_last++; /* a recorded call on this slot (joined streams must be joined back after it) */
   return DEVRT_OK;
 }
 

@@ -37,13 +37,27 @@ typedef struct dv_made {
   bool owned;
 } dv_made;
 
+/* A stream that joined a capture by waiting for an event recorded in it (devrt_stream_wait_event:
+ * CUDA's fork), with its own capture stream; joined back once a stream of the capture waited for
+ * an event recorded on it after its last recorded call (back == the slot's cap_last). */
+typedef struct dv_joined {
+  unsigned slot;
+  dv_stream* ps;
+  uint32_t back;
+} dv_joined;
+#define DV_CAPTURE_JOINED 16 /* streams a capture may fork into */
+
 /* A stream slot's capture (src/launch/graph.c), set up by devrt_capture_begin on the capturing
  * thread, which alone uses it until devrt_capture_end: the work that thread issues on the slot's
  * stream is recorded on ps, a stream of the capture's own that nothing else uses, and not run;
- * the recorded work's uses gather in u (one entry a block, its accesses merged). */
+ * the recorded work's uses gather in u (one entry a block, its accesses merged). Streams joined
+ * by events record on their own capture streams into the same capture (joined). */
 typedef struct dv_capture {
   struct devrt_runtime* rt;
   dv_stream* ps;
+  uint64_t id; /* process-wide unique: names the capture an event was recorded in */
+  dv_joined joined[DV_CAPTURE_JOINED];
+  unsigned njoined;
   devrt_block_use u[DEVRT_LAUNCH_MAX_USES];
   unsigned n;
   unsigned launches;       /* recorded launches, copies and fills */
@@ -57,6 +71,9 @@ typedef struct dv_slot {
   _Atomic uintptr_t cap_owner; /* capturing: the thread's token (dv_thread_me), else 0; set and
                                 * cleared by that thread, read by any (streams' lookups) */
   dv_capture* cap;             /* capturing: its state, read and written by cap_owner only */
+  dv_stream* cap_ps;           /* capturing: where this slot records (cap->ps, or a joined
+                                * stream's own); cap_owner only */
+  uint32_t cap_last;           /* capturing: recorded calls on this slot so far; cap_owner only */
   dv_stream* s;                /* created on the slot's first lease, then reused; set before id */
   dv_pool* pool;       /* set before id; NULL for the runtime's own slot and unassigned ones */
   uint32_t lease;      /* guarded by pool_mu */

@@ -4,7 +4,8 @@
  * streams wait for it, a free of a block it uses waits for it, a block freed since the capture
  * fails the launch with STALE_BLOCK; foreign work (prepare, copy, finish) and an enqueue callback
  * are recorded too (and wait, at each launch, for a slow writer of what they read); launched again
- * and on several streams; memory allocated and freed in a capture; the bad inputs. */
+ * and on several streams; another stream forked into a capture and joined back by events;
+ * memory allocated and freed in a capture; the bad inputs. */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -89,6 +90,61 @@ static void basic(void) {
   CHECK_OK(devrt_graph_destroy(g));
   CHECK_OK(devrt_block_free(rt, a));
   CHECK_OK(devrt_block_free(rt, c));
+}
+
+/* Fork and join by events (CUDA's multi-stream capture): S[0] captures b = a; S[1] joins by
+ * waiting for an event recorded there and records c = b; an event on S[1] that S[0] waits for
+ * joins it back before d = 4 on S[0]. A replay waits for a slow writer of a, and c holds a. A
+ * stream left joined fails the end, naming it, and leaves both streams free. */
+static void fork_join(void) {
+  devrt_block a = alloc(), b = alloc(), c = alloc(), d = alloc();
+  devrt_event *e1 = NULL, *e2 = NULL;
+  CHECK_OK(devrt_event_create(rt, 0, &e1));
+  CHECK_OK(devrt_event_create(rt, 0, &e2));
+  CHECK_OK(devrt_stream_synchronize(rt, S[3]));
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_OK(k_copy(rt, &K, S[0], b, a, N, 0, true));
+  CHECK_OK(devrt_event_record(rt, e1, S[0]));
+  CHECK_STATUS(devrt_event_synchronize(rt, e1), DEVRT_ERR_INVALID_STATE); /* a graph's point */
+  CHECK_OK(devrt_stream_wait_event(rt, S[1], e1));                        /* the fork */
+  CHECK_OK(k_copy(rt, &K, S[1], c, b, N, 0, true));
+  CHECK_STATUS(devrt_stream_synchronize(rt, S[1]), DEVRT_ERR_INVALID_STATE); /* capturing now */
+  devrt_graph* g = NULL;
+  CHECK_STATUS(devrt_capture_end(rt, S[1], &g), DEVRT_ERR_INVALID_STATE); /* ended on S[0] */
+  CHECK(strstr(devrt_last_error(), "joined another stream's capture") != NULL);
+  CHECK_OK(devrt_event_record(rt, e2, S[1]));
+  CHECK_OK(devrt_stream_wait_event(rt, S[0], e2)); /* the join */
+  CHECK_OK(k_fill(rt, &K, S[0], d, 4, N, 0, true));
+  CHECK(b_wrong(rt, S[2], c, N, 0) == 0); /* nothing ran */
+  CHECK_OK(devrt_capture_end(rt, S[0], &g));
+  devrt_graph_info gi;
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 3 && gi.blocks == 4);
+  for (uint32_t v = 1; v <= 2; v++) { /* a written slowly on S[1]: the replay on S[3] waits */
+    CHECK_OK(k_fill(rt, &K, S[1], a, v, N, SLOW, true));
+    CHECK_OK(devrt_graph_launch(g, S[3]));
+    CHECK(b_wrong(rt, S[2], c, N, v) == 0);
+    CHECK(b_wrong(rt, S[2], d, N, 4) == 0);
+  }
+  CHECK_OK(devrt_graph_destroy(g));
+  /* joined, never joined back */
+  CHECK_OK(devrt_capture_begin(rt, S[0]));
+  CHECK_OK(devrt_event_record(rt, e1, S[0]));
+  CHECK_OK(devrt_stream_wait_event(rt, S[1], e1));
+  CHECK_OK(k_fill(rt, &K, S[1], d, 5, N, 0, true));
+  CHECK_STATUS(devrt_capture_end(rt, S[0], &g), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "not joined back") != NULL);
+  CHECK(b_wrong(rt, S[2], d, N, 4) == 0);           /* the fill was recorded, not run */
+  CHECK_OK(k_fill(rt, &K, S[1], d, 6, N, 0, true)); /* and S[1] runs work again */
+  CHECK(b_wrong(rt, S[2], d, N, 6) == 0);
+  CHECK_OK(devrt_stream_synchronize(rt, S[0]));
+  CHECK_STATUS(devrt_stream_wait_event(rt, S[1], e1), DEVRT_ERR_INVALID_STATE); /* capture over */
+  CHECK_OK(devrt_event_record(rt, e1, S[0])); /* recorded outside a capture: usable again */
+  CHECK_OK(devrt_event_synchronize(rt, e1));
+  CHECK_OK(devrt_event_destroy(rt, e1));
+  CHECK_OK(devrt_event_destroy(rt, e2));
+  devrt_block all[] = {a, b, c, d};
+  for (int i = 0; i < 4; i++) CHECK_OK(devrt_block_free(rt, all[i]));
 }
 
 static uint64_t live_bytes(void) {
@@ -229,6 +285,7 @@ int main(void) {
   k_load(rt, &K);
   for (int i = 0; i < 4; i++) S[i] = s_get(rt);
   basic();
+  fork_join();
   memory();
   foreign();
   bad_inputs();
