@@ -25,11 +25,16 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
   DV_RT_CHECK(rt, "devrt_capture_begin");
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_capture_begin")); /* refused if capturing */
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  if (!dv_capture_claim(sl)) /* another thread began, or joined it to a capture, meanwhile */
+    return dv_capture_refused(rt, stream, "devrt_capture_begin");
   dv_capture* cap = calloc(1, sizeof *cap);
-  if (!cap) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_begin: out of host memory");
+  if (!cap) {
+    dv_capture_unclaim(sl);
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "devrt_capture_begin: out of host memory");
+  }
   /* the capture's stream where the user's runs (a partition's green context, its priority): the
    * captured kernels keep that context, so a replay runs on the partition's SMs */
-  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
   dv_pool* pool = sl->pool; /* set before the lease; a pool's green and priority never change */
   devrt_status st =
       rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
@@ -38,15 +43,14 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
     rt->be->stream_destroy(rt->dev, cap->ps);
   if (st != DEVRT_OK) {
     free(cap);
+    dv_capture_unclaim(sl);
     return st;
   }
   static _Atomic uint64_t ids; /* a figure's worth of order: relaxed */
   cap->rt = rt, cap->next = dv_thread_captures;
   cap->id = atomic_fetch_add_explicit(&ids, 1, memory_order_relaxed) + 1;
   dv_thread_captures = cap;
-  sl->cap = cap, sl->cap_ps = cap->ps, sl->cap_last = 0;
-  /* relaxed: only this thread reads cap; others only compare the token (rt.h) */
-  atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
+  sl->cap = cap, sl->cap_ps = cap->ps, sl->cap_last = 0; /* this thread's alone: claimed */
   return DEVRT_OK;
 }
 
@@ -72,11 +76,11 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
     dv_slot* js = &rt->slots[cap->joined[j].slot];
     if (!unjoined && cap->joined[j].back != js->cap_last)
       unjoined = atomic_load_explicit(&js->id, memory_order_relaxed);
-    atomic_store_explicit(&js->cap_owner, 0, memory_order_relaxed);
     js->cap = NULL, js->cap_ps = NULL;
+    dv_capture_unclaim(js);
   }
-  atomic_store_explicit(&sl->cap_owner, 0, memory_order_relaxed); /* as in begin */
   sl->cap = NULL, sl->cap_ps = NULL;
+  dv_capture_unclaim(sl);
   dv_capture** p = &dv_thread_captures;
   while (*p != cap) p = &(*p)->next;
   *p = cap->next;

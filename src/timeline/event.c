@@ -122,23 +122,26 @@ static DV_NOINLINE devrt_status captured_wait(devrt_runtime* rt, devrt_stream st
                          "%s: stream %#" PRIx64 " records another capture of this thread", call,
                          stream);
   dv_stream* ps = NULL;
+  devrt_status st = DEVRT_OK;
   if (owner) {
     ps = sl->cap_ps;
     sl->cap_last++;
-  } else { /* the fork: the stream joins the capture */
+  } else { /* the fork: the stream joins the capture, claimed first (another thread may race) */
     if (cap->njoined == DV_CAPTURE_JOINED)
       return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: a capture joins at most %u streams", call,
                      DV_CAPTURE_JOINED);
+    if (!dv_capture_claim(sl)) return dv_capture_refused(rt, stream, call);
     dv_pool* pool = sl->pool; /* as in devrt_capture_begin */
-    DV_CHECK(rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
-                                   pool ? pool->priority : rt->cfg.stream_priority, &ps));
+    st = rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
+                               pool ? pool->priority : rt->cfg.stream_priority, &ps);
   }
-  devrt_status st = rt->be->stream_wait(ps, ev->e);
-  if (!owner && st != DEVRT_OK) rt->be->stream_destroy(rt->dev, ps);
-  if (!owner && st == DEVRT_OK) {
+  if (st == DEVRT_OK) st = rt->be->stream_wait(ps, ev->e);
+  if (!owner && st != DEVRT_OK) {
+    if (ps) rt->be->stream_destroy(rt->dev, ps);
+    dv_capture_unclaim(sl);
+  } else if (!owner) {
     cap->joined[cap->njoined++] = (dv_joined){DV_SID_SLOT(stream), ps, 0};
     sl->cap = cap, sl->cap_ps = ps, sl->cap_last = 0;
-    atomic_store_explicit(&sl->cap_owner, (uintptr_t)&dv_thread_me, memory_order_relaxed);
   }
   for (unsigned j = 0; st == DEVRT_OK && j < cap->njoined; j++) /* the event's stream joined back */
     if (cap->joined[j].slot == ev->cap_slot && ev->cap_slot != DV_SID_SLOT(stream) &&

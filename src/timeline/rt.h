@@ -117,6 +117,17 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
   *out = sl->s;
   return DEVRT_OK;
 }
+/* Claims slot sl for the calling thread's capture: false if a thread (this one too) holds it.
+ * acquire: pairs with dv_capture_unclaim's release, so the new owner sees the slot's capture
+ * fields as the last one left them. */
+static inline bool dv_capture_claim(dv_slot* sl) {
+  uintptr_t none = 0;
+  return atomic_compare_exchange_strong_explicit(&sl->cap_owner, &none, (uintptr_t)&dv_thread_me,
+                                                 memory_order_acquire, memory_order_relaxed);
+}
+static inline void dv_capture_unclaim(dv_slot* sl) {
+  atomic_store_explicit(&sl->cap_owner, 0, memory_order_release);
+}
 /* dv_stream_get for the calls a capture records (launches, foreign work, copies): on the
  * capturing thread, *cap is the slot's capture and *out its own stream; NULL and the slot's
  * stream when the slot does not capture. */

@@ -68,8 +68,9 @@ typedef struct dv_capture {
 
 typedef struct dv_slot {
   _Atomic uint64_t id;         /* the live lease's id; 0 while free */
-  _Atomic uintptr_t cap_owner; /* capturing: the thread's token (dv_thread_me), else 0; set and
-                                * cleared by that thread, read by any (streams' lookups) */
+  _Atomic uintptr_t cap_owner; /* capturing: the thread's token (dv_thread_me), else 0; claimed
+                                * (CAS, acquire) and released (release) by that thread
+                                * (dv_capture_claim), compared by any (streams' lookups) */
   dv_capture* cap;             /* capturing: its state, read and written by cap_owner only */
   dv_stream* cap_ps;           /* capturing: where this slot records (cap->ps, or a joined
                                 * stream's own); cap_owner only */

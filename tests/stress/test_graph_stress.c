@@ -4,10 +4,11 @@
  * on a third checking its output; at random the output is freed at once after a launch (the free
  * waits for it) and the graph captured again over new blocks, and the old graph launched once
  * more must fail with STALE_BLOCK. Half the graphs copy through a temporary allocated and freed
- * in the capture (the graph's own). Another thread's attempts on a capturing stream must be
- * refused. A wrong word is a corruption; 0 are allowed. Rounds: DEVRT_GRAPH_ROUNDS (default 100);
- * DEVRT_GRAPH_TEMPS=0 leaves the temporaries out.
- * Host backend (TSan in CI); DEVRT_BACKEND=cuda runs it on a GPU. */
+ * in the capture (the graph's own), and half fill their flag on a stream forked into the capture
+ * by an event and joined back (two fork streams for six threads: a fork may be refused). Another
+ * thread's attempts on a capturing stream must be refused. A wrong word is a corruption; 0 are
+ * allowed. Rounds: DEVRT_GRAPH_ROUNDS (default 100); DEVRT_GRAPH_TEMPS=0 leaves the temporaries
+ * out. Host backend (TSan in CI); DEVRT_BACKEND=cuda runs it on a GPU. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -18,9 +19,11 @@ enum { THREADS = 6, N = 4096 };
 static devrt_runtime* rt;
 static kernels K;
 static devrt_stream S[THREADS];
+static devrt_stream X[2];          /* streams captures fork into (no thread's own) */
+static devrt_event* E[THREADS][2]; /* each thread's fork and join events */
 static int rounds;
 static bool temps_on = true; /* DEVRT_GRAPH_TEMPS=0: no graph has a temporary */
-static _Atomic uint64_t corrupt, failed, refused, stale, temps;
+static _Atomic uint64_t corrupt, failed, refused, stale, temps, forks;
 
 static uint64_t next(uint64_t* s) { /* xorshift64 */
   *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -67,7 +70,19 @@ static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   } else {
     OK(k_copy(rt, &K, S[t], x->out, x->in, N, 0, true));
   }
-  OK(k_fill(rt, &K, S[t], x->flag, id, N, 0, true));
+  /* at times the flag is filled on a fork stream joined by an event, then joined back; another
+   * thread's fork may hold that stream (the join is refused: no fork) */
+  devrt_stream fk = X[next(r) % 2];
+  devrt_status st = next(r) % 2 ? devrt_event_record(rt, E[t][0], S[t]) : DEVRT_ERR_INVALID_STATE;
+  if (st == DEVRT_OK && (st = devrt_stream_wait_event(rt, fk, E[t][0])) == DEVRT_OK) {
+    OK(k_fill(rt, &K, fk, x->flag, id, N, 0, true));
+    OK(devrt_event_record(rt, E[t][1], fk));
+    OK(devrt_stream_wait_event(rt, S[t], E[t][1]));
+    atomic_fetch_add(&forks, 1);
+  } else {
+    if (st != DEVRT_ERR_INVALID_STATE) OK(st);
+    OK(k_fill(rt, &K, S[t], x->flag, id, N, 0, true));
+  }
   OK(devrt_capture_end(rt, S[t], &x->g));
 }
 
@@ -161,22 +176,31 @@ int main(void) {
   rt = t_runtime();
   k_load(rt, &K);
   for (int i = 0; i < THREADS; i++) S[i] = s_get(rt);
+  for (int i = 0; i < 2; i++) X[i] = s_get(rt);
+  for (int i = 0; i < THREADS; i++)
+    for (int k = 0; k < 2; k++) CHECK_OK(devrt_event_create(rt, 0, &E[i][k]));
   pthread_t th[THREADS];
   for (int i = 0; i < THREADS; i++) pthread_create(&th[i], NULL, thread_main, (void*)(intptr_t)i);
   for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
   printf(
       "%d threads x %d rounds: %llu corrupted words, %llu failed calls, %llu refused on a "
-      "capturing stream, %llu stale launches refused, %llu graphs with a temporary\n",
+      "capturing stream, %llu stale launches refused, %llu graphs with a temporary, %llu "
+      "forked\n",
       THREADS, rounds, (unsigned long long)atomic_load(&corrupt),
       (unsigned long long)atomic_load(&failed), (unsigned long long)atomic_load(&refused),
-      (unsigned long long)atomic_load(&stale), (unsigned long long)atomic_load(&temps));
+      (unsigned long long)atomic_load(&stale), (unsigned long long)atomic_load(&temps),
+      (unsigned long long)atomic_load(&forks));
   CHECK(atomic_load(&corrupt) == 0);
   CHECK(atomic_load(&failed) == 0);
   CHECK(atomic_load(&stale) > 0);
   CHECK(atomic_load(&temps) > 0 || !temps_on);
+  CHECK(atomic_load(&forks) > 0);
   for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_synchronize(rt, S[i]));
   CHECK_OK(devrt_reap_pending(rt, DEVRT_REAP_WAIT, NULL));
   for (int i = 0; i < THREADS; i++) CHECK_OK(devrt_stream_release(rt, S[i]));
+  for (int i = 0; i < 2; i++) CHECK_OK(devrt_stream_release(rt, X[i]));
+  for (int i = 0; i < THREADS; i++)
+    for (int k = 0; k < 2; k++) CHECK_OK(devrt_event_destroy(rt, E[i][k]));
   CHECK_OK(devrt_module_unload(rt, K.mod));
   CHECK_OK(devrt_runtime_destroy(rt));
   return t_done();
