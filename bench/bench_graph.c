@@ -7,7 +7,9 @@
 #include "bench.h"
 #include "devrt/graph.h"
 #include "block/block.h"
+#ifdef DEVRT_HAVE_CUDA
 #include "driver/cuda_driver.h"
+#endif
 #include "runtime/runtime.h"
 
 #define BENCH_SUITE "graph"
@@ -33,9 +35,11 @@ typedef struct gctx {
   dv_module* rmod;
   dv_kernel* rk;
   dv_stream* sa;
-  dv_graph* rg;        /* host: the backend's graph */
+  dv_graph* rg; /* the backend's graph */
+#ifdef DEVRT_HAVE_CUDA
   const dv_driver* cu; /* cuda: the driver, and the raw executable graph */
   CUgraphExec rx;
+#endif
 } gctx;
 
 #define BE(c) ((c)->rt->be)
@@ -55,12 +59,16 @@ static int b_replay(void* p, int n) { /* the backend's launch of the same graph 
   return 0;
 }
 static int r_replay(void* p, int n) {
+#ifdef DEVRT_HAVE_CUDA
   gctx* c = p;
   for (int i = 0; i < n && c->cu; i++)
     if (c->cu->cuGraphLaunch(c->rx, (CUstream)c->sa) != CUDA_SUCCESS) return -1;
-  return c->cu ? 0 : b_replay(p, n);
+  if (c->cu) return 0;
+#endif
+  return b_replay(p, n);
 }
 
+#ifdef DEVRT_HAVE_CUDA
 /* cuda: the 100 launches captured on a stream of their own and instantiated, with the driver's
  * calls alone (the kernel launched through the backend: one cuLaunchKernel). */
 static int raw_cuda(gctx* c, dv_stream* cs) {
@@ -80,6 +88,7 @@ static int raw_cuda(gctx* c, dv_stream* cs) {
   if (g) d->cuGraphDestroy(g);
   return st == DEVRT_OK && r == CUDA_SUCCESS && c->rx ? 0 : -1;
 }
+#endif
 static int d_launches(void* p, int n) {
   for (int i = 0; i < n; i++)
     if (issue(p)) return -1;
@@ -119,6 +128,7 @@ static int setup(gctx* c, const cli_opts* o) {
   TRY("kernel_get", BE(c)->kernel_get(c->rmod, "devrt_fill_u32", &c->rk));
   dv_stream* cs = NULL; /* a stream of its own for the raw capture, as devrt's capture has */
   TRY("stream_create", BE(c)->stream_create(c->rt->dev, NULL, 0, &cs));
+#ifdef DEVRT_HAVE_CUDA
   if (!strcmp(BE(c)->name, "cuda")) {
     TRY("driver", dv_driver_get(&c->cu));
     int rc = raw_cuda(c, cs);
@@ -129,6 +139,7 @@ static int setup(gctx* c, const cli_opts* o) {
     }
     TRY("stream_create", BE(c)->stream_create(c->rt->dev, NULL, 0, &cs)); /* the backend's too */
   }
+#endif
   devrt_status st = BE(c)->capture_begin(cs);
   static const unsigned grid[3] = {1, 1, 1}, block[3] = {ELEMS, 1, 1};
   for (int i = 0; i < NLAUNCH && st == DEVRT_OK; i++)
@@ -144,7 +155,9 @@ static void teardown(gctx* c) {
   if (!c->rt) return;
   if (c->a) sync_a(c);
   if (c->rg) BE(c)->graph_destroy(c->rt->dev, c->rg);
+#ifdef DEVRT_HAVE_CUDA
   if (c->rx) c->cu->cuGraphExecDestroy(c->rx);
+#endif
   if (c->rmod) BE(c)->module_unload(c->rt->dev, c->rmod);
   if (c->g) devrt_graph_destroy(c->g);
   for (int i = 0; i < NBLK; i++)
@@ -182,14 +195,15 @@ int bench_graph(const cli_opts* o) {
                      grp = s1.launches_grouped - s0.launches_grouped;
   char f[256] = "";
   bench_cat(f, sizeof f,
-            "\"goals\":{\"replay_ratio_max\":1.05},\"launches_per_replay\":%d,"
+            "\"goals\":{\"replay_vs_backend_launch_max\":1.05},\"launches_per_replay\":%d,"
             "\"replays_repeated\":%llu,\"replays_grouped\":%llu",
             NLAUNCH, rep, grp);
   bench_end_fields(&b, f);
   if (!o->json && !rc)
     printf(
-        "goal: replay_100_launches <= 1.05x the raw replay; replay_vs_100_launches is the win "
-        "(one replay: median %.0f ns); replays repeated %llu, grouped %llu\n",
+        "goal: replay_vs_backend_launch (tracking's share) <= 1.05x; replay_100_launches adds the "
+        "join on cuda (docs/graphs.md); replay_vs_100_launches is the win (one replay: median %.0f "
+        "ns); replays repeated %llu, grouped %llu\n",
         replay.median, rep, grp);
   teardown(&c);
   return rc ? 1 : 0;
