@@ -145,7 +145,8 @@ static int setup(gctx* c, const cli_opts* o) {
   for (int i = 0; i < NLAUNCH && st == DEVRT_OK; i++)
     st = BE(c)->launch(cs, c->rk, grid, block, 0, c->args[i % NBLK]);
   dv_graph* rg = NULL;
-  devrt_status end = BE(c)->capture_end(c->rt->dev, cs, &rg); /* takes cs */
+  devrt_status end = BE(c)->capture_end(c->rt->dev, cs, NULL, 0, &rg);
+  BE(c)->stream_destroy(c->rt->dev, cs);
   TRY("raw capture", st != DEVRT_OK ? st : end);
   c->rg = rg;
   return sync_a(c);

@@ -147,15 +147,17 @@ typedef struct dv_backend {
   void (*device_leave)(dv_dev* d);
   /* Graphs (src/graph): what is enqueued on s between capture_begin and capture_end is recorded,
    * not run (s is a stream of devrt's own that nothing else uses meanwhile), and becomes an
-   * executable graph (capture_end takes s, whatever happens); graph_launch enqueues all of it
-   * on a stream as one piece of work; graph_destroy may come while launches are in flight (they
-   * finish first). cuda: stream capture (relaxed mode) and an instantiated graph, launched on s
-   * kept as its own stream and joined to the caller's by events; host: the stream's ops kept in
-   * a list, run in order by the launching stream's worker. stream_capturing: whether anyone (a
-   * framework's capture of a foreign stream too) captures s; capture_mode_swap: exchanges the
-   * calling thread's capture mode (DV_CAPTURE_MODE_*) with *mode (host: nothing to exchange). */
+   * executable graph (s stays the caller's); graph_launch enqueues all of it on a stream as one
+   * piece of work; graph_destroy may come while launches are in flight (they finish first).
+   * cuda: stream capture (relaxed mode) and an instantiated graph, launched on a stream of its
+   * own (made by capture_end in green, at priority) joined to the caller's by events; host: the
+   * stream's ops kept in a list, run in order by the launching stream's worker. stream_capturing:
+   * whether anyone (a framework's capture of a foreign stream too) captures s; capture_mode_swap:
+   * exchanges the calling thread's capture mode (DV_CAPTURE_MODE_*) with *mode (host: nothing to
+   * exchange). */
   devrt_status (*capture_begin)(dv_stream* s);
-  devrt_status (*capture_end)(dv_dev* d, dv_stream* s, dv_graph** out);
+  devrt_status (*capture_end)(dv_dev* d, dv_stream* s, dv_green* green, int priority,
+                              dv_graph** out);
   devrt_status (*graph_launch)(dv_graph* g, dv_stream* s);
   void (*graph_destroy)(dv_dev* d, dv_graph* g);
   devrt_status (*stream_capturing)(dv_stream* s, bool* out);

@@ -417,7 +417,7 @@ DV_HOT static devrt_status cu_launch(dv_stream* s, dv_kernel* k, const unsigned 
 
 typedef struct cu_graph {
   CUgraphExec x;
-  CUstream s;         /* the capture's stream, kept: the graph's launches run here (its context) */
+  CUstream s;         /* its own launch stream, in the capturing stream's green context */
   CUevent before;     /* the caller's stream's point a launch starts after */
   CUevent after;      /* the launch's end, which the caller's stream waits for */
   pthread_mutex_t mu; /* a mutex held across a launch's five driver calls: s and the events
@@ -442,36 +442,37 @@ static void graph_free(cu_graph* g) {
   free(g);
 }
 
-/* Takes s: the graph keeps it as its launch stream (destroyed with the graph, or here on
- * failure). */
-static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
+/* The graph, with a launch stream of its own made in green at priority (where the caller's
+ * stream runs: a partition's replays stay on its SMs); s stays the caller's. */
+static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_green* green, int priority,
+                                   dv_graph** out) {
   CUgraph cg = NULL;
   cu_graph* g = calloc(1, sizeof *g);
   CUresult r = D->cuStreamEndCapture((CUstream)s, &cg); /* ends it, even without memory */
-  if (!g) {
-    if (r == CUDA_SUCCESS) D->cuGraphDestroy(cg);
-    cu_stream_destroy(d, s);
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture end: out of host memory");
+  dv_stream* gs = NULL;
+  devrt_status st = r != CUDA_SUCCESS ? dv_cu_fail(r, "cuStreamEndCapture", "(stream %p)", (void*)s)
+                    : !g ? dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture end: out of host memory")
+                         : cu_stream_create(d, green, priority, &gs);
+  if (st == DEVRT_OK) {
+    g->s = (CUstream)gs;
+    pthread_mutex_init(&g->mu, NULL);
+    st = push(d, NULL); /* instantiation takes the caller's current context */
   }
-  g->s = (CUstream)s;
-  pthread_mutex_init(&g->mu, NULL);
-  const char* what = "cuStreamEndCapture";
-  devrt_status st = r == CUDA_SUCCESS ? push(d, NULL) : DEVRT_OK; /* instantiation takes the */
-  if (r == CUDA_SUCCESS && st == DEVRT_OK) {                      /* caller's context */
-    if ((r = D->cuGraphInstantiateWithFlags(&g->x, cg, 0)) != CUDA_SUCCESS)
-      what = "cuGraphInstantiateWithFlags";
-    else if ((r = D->cuEventCreate(&g->before, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
-             (r = D->cuEventCreate(&g->after, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS)
+  if (st == DEVRT_OK) {
+    const char* what = "cuGraphInstantiateWithFlags";
+    if ((r = D->cuGraphInstantiateWithFlags(&g->x, cg, 0)) == CUDA_SUCCESS &&
+        ((r = D->cuEventCreate(&g->before, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS ||
+         (r = D->cuEventCreate(&g->after, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS))
       what = "cuEventCreate";
     pop();
+    if (r != CUDA_SUCCESS) st = dv_cu_fail(r, what, "(captured graph)");
   }
   if (cg) D->cuGraphDestroy(cg); /* the executable graph keeps what it needs */
-  if (st == DEVRT_OK && r != CUDA_SUCCESS) st = dv_cu_fail(r, what, "(captured graph)");
-  if (st != DEVRT_OK) {
-    D->cuStreamSynchronize(g->s);
+  if (st != DEVRT_OK && g && g->s)
     graph_free(g);
-    return st;
-  }
+  else if (st != DEVRT_OK)
+    free(g);
+  if (st != DEVRT_OK) return st;
   *out = (dv_graph*)g;
   return DEVRT_OK;
 }

@@ -216,15 +216,9 @@ static void w_device_leave(dv_dev* d) {
   in()->device_leave(d);
 }
 static devrt_status w_capture_begin(dv_stream* s) { PASS(capture_begin, (s)); }
-/* Takes s whatever happens, as capture_end does: an injected failure ends the capture first and
- * drops the graph it made. */
-static devrt_status w_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
-  uint64_t n = atomic_fetch_add_explicit(&calls[DV_OP_capture_end], 1, memory_order_relaxed) + 1;
-  if (DV_LIKELY(n != atomic_load_explicit(&armed[DV_OP_capture_end], memory_order_relaxed)))
-    return in()->capture_end(d, s, out);
-  dv_graph* g = NULL;
-  if (in()->capture_end(d, s, &g) == DEVRT_OK) in()->graph_destroy(d, g);
-  return injected(DV_OP_capture_end, n);
+static devrt_status w_capture_end(dv_dev* d, dv_stream* s, dv_green* green, int priority,
+                                  dv_graph** out) {
+  PASS(capture_end, (d, s, green, priority, out));
 }
 static devrt_status w_graph_launch(dv_graph* g, dv_stream* s) { PASS(graph_launch, (g, s)); }
 static void w_graph_destroy(dv_dev* d, dv_graph* g) {

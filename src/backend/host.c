@@ -303,17 +303,16 @@ static devrt_status host_stream_capturing(dv_stream* s, bool* out) {
 
 static void host_capture_mode_swap(int* mode) { (void)mode; /* host captures have no modes */ }
 
-static void host_stream_destroy(dv_dev* d, dv_stream* s);
-
-/* Takes s (destroyed here: a host graph runs on the launching stream's worker). */
-static devrt_status host_capture_end(dv_dev* d, dv_stream* s, dv_graph** out) {
+/* A host graph runs on the launching stream's worker: green and priority mean nothing here. */
+static devrt_status host_capture_end(dv_dev* d, dv_stream* s, dv_green* green, int priority,
+                                     dv_graph** out) {
+  (void)d, (void)green, (void)priority;
   dv_graph* g = calloc(1, sizeof *g);
   pthread_mutex_lock(&s->mu);
   bool was = s->capturing;
   op* ops = s->cap_head;
   s->capturing = false, s->cap_head = s->cap_tail = NULL;
   pthread_mutex_unlock(&s->mu);
-  host_stream_destroy(d, s);
   if (!was || !g) {
     free(g), free_ops(ops);
     return dv_fail(was ? DEVRT_ERR_BACKEND_ERROR : DEVRT_ERR_INVALID_STATE,

@@ -85,8 +85,11 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   while (*p != cap) p = &(*p)->next;
   *p = cap->next;
   dv_graph* exec = NULL;
-  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, &exec); /* takes the stream */
-  for (unsigned j = 0; j < cap->njoined; j++)                     /* out of the capture now */
+  dv_pool* pool = sl->pool; /* the graph's launch stream where the user's runs, as in begin */
+  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, pool ? pool->green : NULL,
+                                        pool ? pool->priority : rt->cfg.stream_priority, &exec);
+  rt->be->stream_destroy(rt->dev, cap->ps);
+  for (unsigned j = 0; j < cap->njoined; j++) /* out of the capture now */
     rt->be->stream_destroy(rt->dev, cap->joined[j].ps);
   if (unjoined) { /* the reason, whatever the backend made of it */
     if (st == DEVRT_OK) rt->be->graph_destroy(rt->dev, exec);

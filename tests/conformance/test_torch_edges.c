@@ -213,7 +213,7 @@ static void case_capture(void) {
   devrt_torch_free(q, 4096, 0, n);
   CHECK(devrt_last_error()[0] == 0);
   dv_graph* g = NULL;
-  REQUIRE_OK(r->be->capture_end(r->dev, s, &g));
+  REQUIRE_OK(r->be->capture_end(r->dev, s, NULL, 0, &g));
   r->be->graph_destroy(r->dev, g);
   REQUIRE_OK(devrt_torch_stats_get(0, &t1));
   CHECK(t1.graph_allocs == t0.graph_allocs + 1);
@@ -226,7 +226,7 @@ static void case_capture(void) {
 
   REQUIRE_OK(r->be->capture_begin(s));
   p = devrt_torch_alloc(4096, 0, n);
-  REQUIRE_OK(r->be->capture_end(r->dev, s, &g));
+  REQUIRE_OK(r->be->capture_end(r->dev, s, NULL, 0, &g));
   r->be->graph_destroy(r->dev, g);
   CHECK_OK(devrt_torch_graph_release(0, &got));
   CHECK(got == 0 && figures(0).live_bytes == f0.live_bytes + 4096); /* live: not PyTorch's free */
