@@ -100,10 +100,35 @@ static dv_capture* my_capture(uint64_t id) {
   return c;
 }
 
-/* A wait for an event recorded in a capture: a stream of the capture waits inside it (joining
- * back the event's stream when that was its last recorded call); a stream of no capture joins
- * this one (CUDA's fork): its calls from this thread are recorded, on a capture stream of its own
- * in its context, until the capture ends. */
+/* CUDA's fork: the stream's slot joins cap, claimed first (another thread may race for it), and
+ * records from now on, on a capture stream of its own made where the stream runs, which waits for
+ * the event (cuda: the driver's capture joins it there). */
+static devrt_status join(devrt_runtime* rt, dv_capture* cap, devrt_stream stream, dv_event* e,
+                         const char* call) {
+  dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
+  if (cap->njoined == DV_CAPTURE_JOINED)
+    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: a capture joins at most %u streams", call,
+                   DV_CAPTURE_JOINED);
+  if (!dv_capture_claim(sl)) return dv_capture_refused(rt, stream, call);
+  dv_pool* pool = sl->pool; /* as in devrt_capture_begin */
+  dv_stream* ps = NULL;
+  devrt_status st = rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
+                                          pool ? pool->priority : rt->cfg.stream_priority, &ps);
+  if (st == DEVRT_OK && (st = rt->be->stream_wait(ps, e)) != DEVRT_OK)
+    rt->be->stream_destroy(rt->dev, ps);
+  if (st != DEVRT_OK) {
+    dv_capture_unclaim(sl);
+    return st;
+  }
+  cap->joined[cap->njoined++] = (dv_joined){DV_SID_SLOT(stream), ps, 0};
+  sl->cap = cap, sl->cap_ps = ps, sl->cap_last = 0; /* this thread's alone: claimed */
+  DV_ASSERT(cap->njoined <= DV_CAPTURE_JOINED);
+  return DEVRT_OK;
+}
+
+/* A wait for an event recorded in the calling thread's capture: a stream of that capture waits
+ * inside it, a stream of no capture joins it (join). Either way, a wait from another stream than
+ * the event's joins the event's stream back when the event followed its last recorded call. */
 static DV_NOINLINE devrt_status captured_wait(devrt_runtime* rt, devrt_stream stream,
                                               devrt_event* ev) {
   static const char* call = "devrt_stream_wait_event";
@@ -115,35 +140,20 @@ static DV_NOINLINE devrt_status captured_wait(devrt_runtime* rt, devrt_stream st
   if (!dv_stream_held(rt, stream)) return dv_stream_refused(rt, stream, call);
   dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
   uintptr_t owner = atomic_load_explicit(&sl->cap_owner, memory_order_relaxed); /* as rt.h */
-  if (owner && (owner != (uintptr_t)&dv_thread_me || sl->cap != cap))
-    return owner != (uintptr_t)&dv_thread_me
-               ? dv_capture_refused(rt, stream, call)
-               : dv_fail(DEVRT_ERR_INVALID_STATE,
-                         "%s: stream %#" PRIx64 " records another capture of this thread", call,
-                         stream);
-  dv_stream* ps = NULL;
+  if (owner && owner != (uintptr_t)&dv_thread_me) return dv_capture_refused(rt, stream, call);
+  if (owner && sl->cap != cap)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "%s: stream %#" PRIx64 " records another capture of this thread", call, stream);
   devrt_status st = DEVRT_OK;
-  if (owner) {
-    ps = sl->cap_ps;
+  if (owner) { /* inside the graph */
+    DV_ASSERT(sl->cap_ps);
     sl->cap_last++;
-  } else { /* the fork: the stream joins the capture, claimed first (another thread may race) */
-    if (cap->njoined == DV_CAPTURE_JOINED)
-      return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: a capture joins at most %u streams", call,
-                     DV_CAPTURE_JOINED);
-    if (!dv_capture_claim(sl)) return dv_capture_refused(rt, stream, call);
-    dv_pool* pool = sl->pool; /* as in devrt_capture_begin */
-    st = rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
-                               pool ? pool->priority : rt->cfg.stream_priority, &ps);
+    st = rt->be->stream_wait(sl->cap_ps, ev->e);
+  } else {
+    st = join(rt, cap, stream, ev->e, call);
   }
-  if (st == DEVRT_OK) st = rt->be->stream_wait(ps, ev->e);
-  if (!owner && st != DEVRT_OK) {
-    if (ps) rt->be->stream_destroy(rt->dev, ps);
-    dv_capture_unclaim(sl);
-  } else if (!owner) {
-    cap->joined[cap->njoined++] = (dv_joined){DV_SID_SLOT(stream), ps, 0};
-    sl->cap = cap, sl->cap_ps = ps, sl->cap_last = 0;
-  }
-  for (unsigned j = 0; st == DEVRT_OK && j < cap->njoined; j++) /* the event's stream joined back */
+  DV_ASSERT(ev->cap_at <= rt->slots[ev->cap_slot].cap_last); /* recorded after that many calls */
+  for (unsigned j = 0; st == DEVRT_OK && j < cap->njoined; j++)
     if (cap->joined[j].slot == ev->cap_slot && ev->cap_slot != DV_SID_SLOT(stream) &&
         ev->cap_at > cap->joined[j].back)
       cap->joined[j].back = ev->cap_at;
