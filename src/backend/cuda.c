@@ -433,11 +433,12 @@ static devrt_status cu_capture_begin(dv_stream* s) {
   return DEVRT_OK;
 }
 
+/* What of g was made (its mutex always is). */
 static void graph_free(cu_graph* g) {
   if (g->x) D->cuGraphExecDestroy(g->x);       /* in flight: freed once its launches finish */
   if (g->before) D->cuEventDestroy(g->before); /* the same for events and the stream */
   if (g->after) D->cuEventDestroy(g->after);
-  D->cuStreamDestroy(g->s);
+  if (g->s) D->cuStreamDestroy(g->s);
   pthread_mutex_destroy(&g->mu);
   free(g);
 }
@@ -448,16 +449,16 @@ static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_green* green, int
                                    dv_graph** out) {
   CUgraph cg = NULL;
   cu_graph* g = calloc(1, sizeof *g);
+  if (g) pthread_mutex_init(&g->mu, NULL);
   CUresult r = D->cuStreamEndCapture((CUstream)s, &cg); /* ends it, even without memory */
+  devrt_status st = DEVRT_OK;
   dv_stream* gs = NULL;
-  devrt_status st = r != CUDA_SUCCESS ? dv_cu_fail(r, "cuStreamEndCapture", "(stream %p)", (void*)s)
-                    : !g ? dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture end: out of host memory")
-                         : cu_stream_create(d, green, priority, &gs);
-  if (st == DEVRT_OK) {
-    g->s = (CUstream)gs;
-    pthread_mutex_init(&g->mu, NULL);
-    st = push(d, NULL); /* instantiation takes the caller's current context */
-  }
+  if (r != CUDA_SUCCESS)
+    st = dv_cu_fail(r, "cuStreamEndCapture", "(stream %p)", (void*)s);
+  else if (!g)
+    st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture end: out of host memory");
+  else if ((st = cu_stream_create(d, green, priority, &gs)) == DEVRT_OK)
+    g->s = (CUstream)gs, st = push(d, NULL); /* instantiation takes the caller's context */
   if (st == DEVRT_OK) {
     const char* what = "cuGraphInstantiateWithFlags";
     if ((r = D->cuGraphInstantiateWithFlags(&g->x, cg, 0)) == CUDA_SUCCESS &&
@@ -468,11 +469,10 @@ static devrt_status cu_capture_end(dv_dev* d, dv_stream* s, dv_green* green, int
     if (r != CUDA_SUCCESS) st = dv_cu_fail(r, what, "(captured graph)");
   }
   if (cg) D->cuGraphDestroy(cg); /* the executable graph keeps what it needs */
-  if (st != DEVRT_OK && g && g->s)
-    graph_free(g);
-  else if (st != DEVRT_OK)
-    free(g);
-  if (st != DEVRT_OK) return st;
+  if (st != DEVRT_OK) {
+    if (g) graph_free(g);
+    return st;
+  }
   *out = (dv_graph*)g;
   return DEVRT_OK;
 }

@@ -35,10 +35,8 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
   }
   /* the capture's stream where the user's runs (a partition's green context, its priority): the
    * captured kernels keep that context, so a replay runs on the partition's SMs */
-  dv_pool* pool = sl->pool; /* set before the lease; a pool's green and priority never change */
   devrt_status st =
-      rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
-                            pool ? pool->priority : rt->cfg.stream_priority, &cap->ps);
+      rt->be->stream_create(rt->dev, dv_slot_green(sl), dv_slot_priority(rt, sl), &cap->ps);
   if (st == DEVRT_OK && (st = rt->be->capture_begin(cap->ps)) != DEVRT_OK)
     rt->be->stream_destroy(rt->dev, cap->ps);
   if (st != DEVRT_OK) {
@@ -85,9 +83,9 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   while (*p != cap) p = &(*p)->next;
   *p = cap->next;
   dv_graph* exec = NULL;
-  dv_pool* pool = sl->pool; /* the graph's launch stream where the user's runs, as in begin */
-  devrt_status st = rt->be->capture_end(rt->dev, cap->ps, pool ? pool->green : NULL,
-                                        pool ? pool->priority : rt->cfg.stream_priority, &exec);
+  /* the graph's launch stream where the user's runs, as the capture's */
+  devrt_status st =
+      rt->be->capture_end(rt->dev, cap->ps, dv_slot_green(sl), dv_slot_priority(rt, sl), &exec);
   rt->be->stream_destroy(rt->dev, cap->ps);
   for (unsigned j = 0; j < cap->njoined; j++) /* out of the capture now */
     rt->be->stream_destroy(rt->dev, cap->joined[j].ps);

@@ -110,10 +110,9 @@ static devrt_status join(devrt_runtime* rt, dv_capture* cap, devrt_stream stream
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: a capture joins at most %u streams", call,
                    DV_CAPTURE_JOINED);
   if (!dv_capture_claim(sl)) return dv_capture_refused(rt, stream, call);
-  dv_pool* pool = sl->pool; /* as in devrt_capture_begin */
   dv_stream* ps = NULL;
-  devrt_status st = rt->be->stream_create(rt->dev, pool ? pool->green : NULL,
-                                          pool ? pool->priority : rt->cfg.stream_priority, &ps);
+  devrt_status st =
+      rt->be->stream_create(rt->dev, dv_slot_green(sl), dv_slot_priority(rt, sl), &ps);
   if (st == DEVRT_OK && (st = rt->be->stream_wait(ps, e)) != DEVRT_OK)
     rt->be->stream_destroy(rt->dev, ps);
   if (st != DEVRT_OK) {

@@ -117,6 +117,15 @@ static inline devrt_status dv_stream_get(devrt_runtime* rt, devrt_stream id, dv_
   *out = sl->s;
   return DEVRT_OK;
 }
+/* Where slot sl's stream runs, for a stream made to stand in for it (a capture's): its pool's
+ * green context (NULL: the primary context) and priority. A pool's are set before its slots are
+ * leased and never change. */
+static inline dv_green* dv_slot_green(const dv_slot* sl) {
+  return sl->pool ? sl->pool->green : NULL;
+}
+static inline int dv_slot_priority(const devrt_runtime* rt, const dv_slot* sl) {
+  return sl->pool ? sl->pool->priority : rt->cfg.stream_priority;
+}
 /* Claims slot sl for the calling thread's capture: false if a thread (this one too) holds it.
  * acquire: pairs with dv_capture_unclaim's release, so the new owner sees the slot's capture
  * fields as the last one left them. */
