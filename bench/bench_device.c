@@ -110,7 +110,7 @@ static int h_query(dctx* c, int n) {
   return 0;
 }
 static int h_host_func(dctx* c, int n) {
-  for (int i = 0; i < n; i++) TRY("host_func", BE(c)->host_func(c->rs, noop, NULL));
+  for (int i = 0; i < n; i++) TRY("host_func", BE(c)->host_func(c->rs, noop, NULL, 0));
   return 0;
 }
 static int h_alloc_free(dctx* c, int n) {

@@ -8,6 +8,7 @@
 #define DEVRT_TEST_MULTI_UTIL_H
 
 #include "launch_util.h"
+#include "devrt/graph.h"
 
 typedef struct mdev {
   devrt_runtime* rt;
@@ -360,6 +361,61 @@ static inline void m_exchange_data(mdev* d, devrt_comm** comms, int ndev, uint64
     CHECK_OK(devrt_block_free(d[r].rt, out[r]));
   }
   free(h), free(in), free(out);
+}
+
+/* Collectives recorded in captures (one per rank, all on this thread): an all-reduce and a ring
+ * of sends and receives, each rank's graph replayed three times after a slow write of its input
+ * on another stream (each replay must wait for it) and checked on a third; the communicator
+ * refuses its destroy while a graph holds its calls; a group that mixes a captured stream with
+ * one that is not is refused. */
+static inline void m_captured_collectives(mdev* d, devrt_comm** comms, int ndev, uint64_t n,
+                                          uint64_t slow) {
+  devrt_block *in = calloc((size_t)ndev, sizeof *in), *out = calloc((size_t)ndev, sizeof *out);
+  devrt_block* ring = calloc((size_t)ndev, sizeof *ring);
+  devrt_graph** g = calloc((size_t)ndev, sizeof *g);
+  for (int r = 0; r < ndev; r++) {
+    in[r] = m_alloc(&d[r], n * 4, "captured in");
+    out[r] = m_alloc(&d[r], n * 4, "captured out");
+    ring[r] = m_alloc(&d[r], n * 4, "captured ring");
+    CHECK_OK(devrt_stream_synchronize(d[r].rt, d[r].s[0]));
+    REQUIRE_OK(devrt_capture_begin(d[r].rt, d[r].s[0]));
+  }
+  if (ndev > 1) { /* rank 1's stream does not capture: the group is refused, nothing issued */
+    CHECK_OK(devrt_group_start());
+    CHECK_OK(devrt_all_reduce(comms[0], d[0].s[0], in[0], out[0], n, DEVRT_UINT32, DEVRT_SUM));
+    CHECK_OK(devrt_all_reduce(comms[1], d[1].s[1], in[1], out[1], n, DEVRT_UINT32, DEVRT_SUM));
+    CHECK_STATUS(devrt_group_end(), DEVRT_ERR_INVALID_STATE);
+  }
+  CHECK_OK(devrt_group_start());
+  for (int r = 0; r < ndev; r++)
+    CHECK_OK(devrt_all_reduce(comms[r], d[r].s[0], in[r], out[r], n, DEVRT_UINT32, DEVRT_SUM));
+  CHECK_OK(devrt_group_end());
+  CHECK_OK(devrt_group_start());
+  for (int r = 0; r < ndev; r++) {
+    CHECK_OK(devrt_send(comms[r], d[r].s[0], out[r], n, DEVRT_UINT32, (r + 1) % ndev));
+    CHECK_OK(devrt_recv(comms[r], d[r].s[0], ring[r], n, DEVRT_UINT32, (r + ndev - 1) % ndev));
+  }
+  CHECK_OK(devrt_group_end());
+  for (int r = 0; r < ndev; r++) REQUIRE_OK(devrt_capture_end(d[r].rt, d[r].s[0], &g[r]));
+  CHECK_STATUS(devrt_comm_destroy(comms[0]), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "graphs hold") != NULL);
+  for (uint32_t k = 1; k <= 3; k++) {
+    for (int r = 0; r < ndev; r++)
+      CHECK_OK(m_fill(&d[r], d[r].s[1], d[r].rt, in[r], k * ((uint32_t)r + 1), n, slow));
+    for (int r = 0; r < ndev; r++) CHECK_OK(devrt_graph_launch(g[r], d[r].s[0]));
+    uint32_t want = k * (uint32_t)(ndev * (ndev + 1) / 2);
+    for (int r = 0; r < ndev; r++) {
+      CHECK(b_wrong(d[r].rt, d[r].s[2], out[r], n, want) == 0);
+      CHECK(b_wrong(d[r].rt, d[r].s[2], ring[r], n, want) == 0);
+    }
+  }
+  for (int r = 0; r < ndev; r++) {
+    CHECK_OK(devrt_graph_destroy(g[r]));
+    CHECK_OK(devrt_block_free(d[r].rt, in[r]));
+    CHECK_OK(devrt_block_free(d[r].rt, out[r]));
+    CHECK_OK(devrt_block_free(d[r].rt, ring[r]));
+  }
+  free(in), free(out), free(ring), free(g);
 }
 
 #endif

@@ -15,6 +15,13 @@
  * until devrt_group_end returns; a block freed before it makes devrt_group_end fail with
  * STALE_BLOCK before anything of the group is enqueued.
  *
+ * Under capture (graph.h): a collective on a stream the calling thread captures is recorded, not
+ * run (its blocks join the capture's uses), and every launch of the graph runs it again; a group's
+ * calls must all be on capturing streams (each rank's capture may be its own), or none. Every
+ * rank must launch its graph as often and in the same order relative to its other calls on the
+ * communicator (NCCL's rule for any call). The graph holds the communicator: devrt_comm_destroy
+ * is refused until the graph is destroyed.
+ *
  * Backends. cuda: libnccl is loaded at the first call (DEVRT_NCCL_LIBRARY, else libnccl.so.2,
  * else the nvidia-nccl wheels' copies under python's site directories); missing, every call is
  * UNSUPPORTED with a message naming what was tried. host: devrt's own host collectives over host
@@ -77,7 +84,8 @@ devrt_status devrt_comms_create(unsigned n, devrt_runtime* const* rts, devrt_com
 devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int nranks, int rank,
                                devrt_comm** out);
 
-/* Destroys a communicator once its work has completed. Not thread-safe with other calls on it. */
+/* Destroys a communicator once its work has completed. INVALID_STATE while a graph holds a
+ * collective of it (graph.h). Not thread-safe with other calls on it. */
 devrt_status devrt_comm_destroy(devrt_comm* comm);
 
 /* Its rank, the group's size and its runtime. Thread-safe. */

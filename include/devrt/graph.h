@@ -3,11 +3,12 @@
  * devrt_capture_begin puts a stream into capture on the calling thread: from then until
  * devrt_capture_end, what that thread issues on the stream is recorded, not run: recorded
  * launches (kernels and foreign work through an enqueue callback, whose native stream is then
- * the capture's), foreign work through devrt_prepare_block_use / devrt_finish_block_use, and
- * devrt_memcpy_async / devrt_memset_async. Every other call on a capturing stream, and every call
- * on it from another thread, is refused with INVALID_STATE naming the capture (a synchronize, an
- * allocation from a resource or a pool on it, a submission, a collective, a release), so nothing
- * runs unrecorded in the middle of a capture. The stream itself runs nothing meanwhile:
+ * the capture's), foreign work through devrt_prepare_block_use / devrt_finish_block_use,
+ * devrt_memcpy_async / devrt_memset_async, and collectives (collective.h: the graph holds its
+ * communicator, whose destroy is refused until the graph is destroyed). Every other call on a
+ * capturing stream, and every call on it from another thread, is refused with INVALID_STATE
+ * naming the capture (a synchronize, an allocation from a resource or a pool on it, a release),
+ * so nothing runs unrecorded in the middle of a capture. The stream itself runs nothing meanwhile:
  * recording happens on a stream of the capture's own.
  *
  * Other streams join by events (CUDA's fork and join): devrt_event_record on a capturing stream
@@ -35,8 +36,7 @@
  *
  * Backends. cuda: CUDA stream capture (relaxed mode) into an instantiated CUDA graph, one
  * cuGraphLaunch a launch. host: the captured operations kept in order and run by the launching
- * stream's worker. docs/graphs.md has the model and what a capture does not yet take (other
- * streams joined in by events, collectives, queued allocations). */
+ * stream's worker. docs/graphs.md has the model. */
 #ifndef DEVRT_GRAPH_H
 #define DEVRT_GRAPH_H
 

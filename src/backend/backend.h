@@ -97,7 +97,10 @@ typedef struct dv_backend {
   devrt_status (*event_create)(dv_dev* d, unsigned flags, dv_event** out);
   void (*event_destroy)(dv_dev* d, dv_event* e);
   devrt_status (*event_sync)(dv_event* e);
-  devrt_status (*host_func)(dv_stream* s, devrt_host_fn fn, void* user);
+  /* fn(user) on s once the work before it is done. copy > 0 (host backend only; cuda refuses it):
+   * the op keeps a copy of the `copy` bytes at user and passes fn that copy, which lives as long
+   * as the op (a recorded op's: as long as the graph that holds it; fn may change it). */
+  devrt_status (*host_func)(dv_stream* s, devrt_host_fn fn, void* user, size_t copy);
 
   devrt_status (*pool_stats)(dv_dev* d, devrt_pool_stats* out);
   devrt_status (*pool_trim)(dv_dev* d, size_t keep);

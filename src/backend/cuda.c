@@ -269,7 +269,9 @@ static devrt_status cu_event_sync(dv_event* e) {
   return DEVRT_OK;
 }
 
-static devrt_status cu_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
+static devrt_status cu_host_func(dv_stream* s, devrt_host_fn fn, void* user, size_t copy) {
+  if (copy) /* only the host backend's collectives keep their arguments with the op */
+    return dv_fail(DEVRT_ERR_UNSUPPORTED, "cuda host_func: copied arguments are the host's");
   CU(D->cuLaunchHostFunc((CUstream)s, fn, user), "cuLaunchHostFunc", "(stream %p)", (void*)s);
   return DEVRT_OK;
 }

@@ -147,8 +147,8 @@ static void w_event_destroy(dv_dev* d, dv_event* e) {
   in()->event_destroy(d, e);
 }
 static devrt_status w_event_sync(dv_event* e) { PASS(event_sync, (e)); }
-static devrt_status w_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
-  PASS(host_func, (s, fn, user));
+static devrt_status w_host_func(dv_stream* s, devrt_host_fn fn, void* user, size_t copy) {
+  PASS(host_func, (s, fn, user, copy));
 }
 static devrt_status w_pool_stats(dv_dev* d, devrt_pool_stats* out) { PASS(pool_stats, (d, out)); }
 static devrt_status w_pool_trim(dv_dev* d, size_t keep) { PASS(pool_trim, (d, keep)); }

@@ -74,7 +74,7 @@ typedef struct op {
     } run;
     dv_graph* graph; /* holds a reference */
   } u;
-  max_align_t args[]; /* OP_LAUNCH: the kernel arguments, copied at enqueue */
+  max_align_t args[]; /* OP_LAUNCH: the kernel arguments; OP_FN: a copied user (host_func) */
 } op;
 
 struct dv_stream {
@@ -602,12 +602,12 @@ static devrt_status host_event_sync(dv_event* e) {
   return DEVRT_OK;
 }
 
-static devrt_status host_host_func(dv_stream* s, devrt_host_fn fn, void* user) {
+static devrt_status host_host_func(dv_stream* s, devrt_host_fn fn, void* user, size_t copy) {
   if (!s || !fn) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host host_func: stream or fn is NULL");
   op* o = NULL;
-  DV_CHECK(op_new(OP_FN, 0, "host host_func", &o));
+  DV_CHECK(op_new(OP_FN, copy, "host host_func", &o));
   o->u.fn.fn = fn;
-  o->u.fn.user = user;
+  o->u.fn.user = copy ? memcpy(o->args, user, copy) : user;
   return enqueue(s, o, "host host_func");
 }
 

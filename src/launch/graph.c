@@ -18,6 +18,8 @@ struct devrt_graph {
   _Atomic uint64_t launches; /* a figure: relaxed */
   devrt_block* owned;        /* blocks the capture allocated and freed: freed with the graph */
   unsigned nowned;
+  dv_hold* holds; /* dropped at the destroy (dv_capture_hold) */
+  unsigned nholds;
   devrt_block_use u[]; /* the union of the captured uses */
 };
 
@@ -50,6 +52,11 @@ devrt_status devrt_capture_begin(devrt_runtime* rt, devrt_stream stream) {
   dv_thread_captures = cap;
   sl->cap = cap, sl->cap_ps = cap->ps, sl->cap_last = 0; /* this thread's alone: claimed */
   return DEVRT_OK;
+}
+
+static void drop_holds(dv_hold* h, unsigned n) {
+  for (unsigned i = 0; i < n; i++) h[i].drop(h[i].p);
+  free(h);
 }
 
 devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_graph** out) {
@@ -113,6 +120,7 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
     for (unsigned i = 0; i < cap->nmade; i++)
       if (cap->made[i].owned) owned[g->nowned++] = cap->made[i].h;
     g->owned = owned;
+    g->holds = cap->holds, g->nholds = cap->nholds, cap->holds = NULL, cap->nholds = 0;
     atomic_store_explicit(&g->magic, GRAPH_MAGIC, memory_order_release); /* pairs: graph_ok */
     *out = g;
   } else { /* no graph: its blocks go now (a free that fails once, as an injected fault does,
@@ -123,9 +131,21 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
         DV_KEEP_ERROR(if (devrt_block_free(rt, cap->made[i].h) != DEVRT_OK)
                           devrt_block_free(rt, cap->made[i].h));
   }
+  drop_holds(cap->holds, cap->nholds); /* no graph was made: nothing holds them */
   free(cap->made);
   free(cap);
   return st;
+}
+
+devrt_status dv_capture_hold(dv_capture* cap, void (*drop)(void*), void* p) {
+  if (cap->nholds == cap->capholds) {
+    unsigned n = cap->capholds ? 2 * cap->capholds : 4;
+    dv_hold* h = realloc(cap->holds, n * sizeof *h);
+    if (!h) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "capture: out of host memory");
+    cap->holds = h, cap->capholds = n;
+  }
+  cap->holds[cap->nholds++] = (dv_hold){drop, p};
+  return DEVRT_OK;
 }
 
 static bool graph_ok(devrt_graph* g) { /* acquire: pairs with the end's release */
@@ -167,6 +187,7 @@ devrt_status devrt_graph_destroy(devrt_graph* g) {
                                                        memory_order_relaxed),
                "devrt_graph_destroy", "graph %p is NULL or destroyed", (void*)g);
   g->rt->be->graph_destroy(g->rt->dev, g->exec);
+  drop_holds(g->holds, g->nholds);
   free(g->owned);
   free(g);
   return DEVRT_OK;

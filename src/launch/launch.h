@@ -21,4 +21,15 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
 devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
                              dv_stream* s, dv_graph* graph, dv_pev** ev);
 
+/* Something a higher layer's recorded call needs kept for as long as the graph exists (a
+ * communicator's count of graphs that hold its collectives): drop(p) runs once, when the graph is
+ * destroyed, or at the capture's end when no graph is made. */
+typedef struct dv_hold {
+  void (*drop)(void* p);
+  void* p;
+} dv_hold;
+/* Adds a hold to the calling thread's capture cap; OUT_OF_RESOURCES (nothing held) without host
+ * memory. */
+devrt_status dv_capture_hold(dv_capture* cap, void (*drop)(void*), void* p);
+
 #endif

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../block/block.h"
+#include "../launch/launch.h"
 #include "hostxp.h"
 #include "multi.h"
 
@@ -59,8 +60,16 @@ typedef struct hcall {
   uint64_t seq; /* the comm's collective, or the pair's message, by number */
   const char* send;
   char* recv;
-  size_t* v; /* all-to-allv: send counts, send offsets, recv counts, recv offsets */
+  size_t* v;     /* all-to-allv: vbuf (set by host_run), else NULL */
+  uint64_t runs; /* recorded in a capture: the replays that ran it (seq's low half); its stream's */
+  bool kept;     /* recorded in a capture: the op's copy, run by every replay (not freed) */
+  unsigned nv;   /* all-to-allv: 4 nranks (send counts, send offsets, recv counts, recv offsets) */
+  size_t vbuf[];
 } hcall;
+
+/* A captured call's seq: its own range, apart from issued calls' (which count from 1): the
+ * comm's captured calls by number in the high half, the replays that ran it in the low. */
+#define CAPTURED_SEQ (1ull << 63)
 
 typedef struct hinst { /* one in-process collective (the seq-th of each rank) */
   uint64_t seq;
@@ -338,10 +347,14 @@ static void inproc_message(hcall* h) {
   if (!send) memcpy(h->recv, m->data, len < m->len ? len : m->len), free(m);
 }
 
-/* What a rank's stream runs for h; frees h. */
+/* What a rank's stream runs for h; frees h unless a capture recorded it (then each replay's run
+ * meets the other ranks' runs of the same captured call by number). */
 static void host_run(void* user) {
   hcall* h = user;
   devrt_status st = DEVRT_OK;
+  h->v = h->nv ? h->vbuf : NULL; /* h may be the op's copy */
+  uint64_t seq = h->seq;
+  if (h->kept) h->seq = seq + h->runs++; /* the replays of one graph are ordered by its uses */
   size_t len = h->count * dsize[h->dt];
   if (h->kind == C_SEND || h->kind == C_RECV) {
     if (h->g)
@@ -357,7 +370,10 @@ static void host_run(void* user) {
   }
   if (st != DEVRT_OK) /* a host function has no caller to fail: its result stays unwritten */
     fprintf(stderr, "devrt: %s on host rank %d: %s\n", cname[h->kind], h->rank, devrt_last_error());
-  free(h->v), free(h);
+  if (h->kept)
+    h->seq = seq;
+  else
+    free(h);
 }
 
 /* ---- communicators ---- */
@@ -366,11 +382,14 @@ struct devrt_comm {
   _Atomic uint64_t magic;
   devrt_runtime* rt;
   int rank, nranks;
-  dv_nccl_comm_t nccl;    /* cuda */
-  hgroup* g;              /* host, ranks in this process */
-  dv_xp* xp;              /* host, ranks in processes */
-  _Atomic uint64_t seq;   /* host: this rank's collectives issued (ranks meet by number) */
-  _Atomic uint64_t* sent; /* host: messages issued to each rank, then from each (nranks each) */
+  dv_nccl_comm_t nccl;       /* cuda */
+  hgroup* g;                 /* host, ranks in this process */
+  dv_xp* xp;                 /* host, ranks in processes */
+  _Atomic uint64_t seq;      /* host: this rank's collectives issued (ranks meet by number) */
+  _Atomic uint64_t* sent;    /* host: messages issued to each rank, then from each, then the same
+                              * two recorded in captures (nranks each) */
+  _Atomic uint64_t captured; /* host: this rank's collectives recorded in captures */
+  _Atomic unsigned graphs;   /* captured calls that graphs hold (comm_graph_drop): no destroy */
 };
 
 static bool is_host(devrt_runtime* rt) { return dv_is_host(rt->be); }
@@ -381,7 +400,7 @@ static bool comm_ok(devrt_comm* c) { /* acquire: pairs with the creating calls' 
 
 static devrt_comm* comm_new(devrt_runtime* rt, int rank, int nranks) {
   devrt_comm* c = calloc(1, sizeof *c);
-  if (c && is_host(rt) && !(c->sent = calloc(2 * (size_t)nranks, sizeof *c->sent))) {
+  if (c && is_host(rt) && !(c->sent = calloc(4 * (size_t)nranks, sizeof *c->sent))) {
     free(c);
     return NULL;
   }
@@ -556,6 +575,13 @@ devrt_status devrt_comm_create(devrt_runtime* rt, const devrt_comm_id* id, int n
 devrt_status devrt_comm_destroy(devrt_comm* c) {
   uint64_t m = COMM_MAGIC;
   dv_error_clear();
+  /* acquire: pairs with comm_graph_drop's release (the graph's end before this destroy) */
+  unsigned held = comm_ok(c) ? atomic_load_explicit(&c->graphs, memory_order_acquire) : 0;
+  if (held)
+    return dv_fail(DEVRT_ERR_INVALID_STATE,
+                   "devrt_comm_destroy: graphs hold %u collectives of communicator %p (rank %d): "
+                   "destroy them first",
+                   held, (void*)c, c->rank);
   /* acquire: pairs with the creating call's release; one destroy wins */
   DV_ARG_CHECK(c && atomic_compare_exchange_strong_explicit(&c->magic, &m, 0, memory_order_acquire,
                                                             memory_order_relaxed),
@@ -601,8 +627,9 @@ typedef struct cop {
   int root;  /* broadcast: the root; send and receive: the peer */
   size_t* v; /* all-to-allv: its four arrays, copied (owned by the call) */
   devrt_block_use u[2];
-  unsigned nu; /* uses: 2, or 1 for a send or a receive */
-  dv_work k;   /* its blocks' tracking, from pin to finish */
+  unsigned nu;     /* uses: 2, or 1 for a send or a receive */
+  dv_capture* cap; /* the calling thread's capture of stream: recorded (s is the capture's) */
+  dv_work k;       /* its blocks' tracking, from pin to finish */
   bool pinned;
 } cop;
 
@@ -647,24 +674,34 @@ static devrt_status cop_finish(cop* o, bool ok) {
 /* The host version of o: a host function on its stream (host_run) with its own copy of the call. */
 static devrt_status host_work(cop* o) {
   devrt_comm* c = o->c;
-  size_t n = (size_t)c->nranks;
-  hcall* h = malloc(sizeof *h);
-  size_t* v = o->v ? malloc(4 * n * sizeof *v) : NULL;
-  if (!h || (o->v && !v)) {
-    free(h), free(v);
-    return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", cname[o->kind]);
-  }
-  if (v) memcpy(v, o->v, 4 * n * sizeof *v);
-  /* relaxed: the ranks meet by number, and a comm's calls come in one order (the contract) */
-  uint64_t seq =
-      o->kind == C_SEND ? atomic_fetch_add_explicit(&c->sent[o->root], 1, memory_order_relaxed)
-      : o->kind == C_RECV
-          ? atomic_fetch_add_explicit(&c->sent[n + (size_t)o->root], 1, memory_order_relaxed)
-          : atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed);
-  *h = (hcall){c->g,  c->xp,   c->rank, c->nranks, o->kind, o->count, o->dt,
-               o->op, o->root, seq + 1, o->send,   o->recv, v};
-  devrt_status st = c->rt->be->host_func(o->s, host_run, h);
-  if (st != DEVRT_OK) free(v), free(h);
+  size_t n = (size_t)c->nranks, nv = o->v ? 4 * n : 0, size = sizeof(hcall) + nv * sizeof(size_t);
+  hcall* h = malloc(size);
+  if (!h) return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "%s: out of host memory", cname[o->kind]);
+  /* relaxed: the ranks meet by number, and a comm's calls come in one order (the contract), a
+   * capture's in the order they are recorded */
+  _Atomic uint64_t* ctr = o->kind == C_SEND   ? &c->sent[o->root]
+                          : o->kind == C_RECV ? &c->sent[n + (size_t)o->root]
+                                              : NULL;
+  if (o->cap) ctr = ctr ? ctr + 2 * n : &c->captured;
+  uint64_t seq = atomic_fetch_add_explicit(ctr ? ctr : &c->seq, 1, memory_order_relaxed) + 1;
+  *h = (hcall){.g = c->g,
+               .xp = c->xp,
+               .rank = c->rank,
+               .nranks = c->nranks,
+               .kind = o->kind,
+               .count = o->count,
+               .dt = o->dt,
+               .op = o->op,
+               .root = o->root,
+               .seq = o->cap ? CAPTURED_SEQ | seq << 32 : seq,
+               .send = o->send,
+               .recv = o->recv,
+               .kept = o->cap != NULL,
+               .nv = (unsigned)nv};
+  if (nv) memcpy(h->vbuf, o->v, nv * sizeof *h->vbuf);
+  /* recorded: the capture's op keeps its own copy for every replay */
+  devrt_status st = c->rt->be->host_func(o->s, host_run, h, o->cap ? size : 0);
+  if (st != DEVRT_OK || o->cap) free(h);
   return st;
 }
 
@@ -726,11 +763,47 @@ static devrt_status cop_work(cop* o, const dv_nccl* lib) {
            : DEVRT_OK;
 }
 
-/* Issues n calls: pins all, enqueues all (in one NCCL group when `grouped`), marks all. */
+/* A graph holds a captured call of comm p until it is destroyed. release: pairs with the
+ * destroy's acquire. */
+static void comm_graph_drop(void* p) {
+  devrt_comm* c = p;
+  atomic_fetch_sub_explicit(&c->graphs, 1, memory_order_release);
+}
+
+/* Records n calls on streams the calling thread captures (devrt/graph.h; a group's ranks may
+ * be in captures of their own): their uses join their captures' and each communicator is held by
+ * its graph; no wait or mark. */
+static DV_NOINLINE devrt_status record(cop** ops, unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
+    cop* o = ops[i];
+    dv_slot* sl = &o->c->rt->slots[DV_SID_SLOT(o->stream)];
+    /* a group's calls are recorded at its end: each capture must still be the one it named */
+    if (!o->cap || sl->cap != o->cap ||
+        atomic_load_explicit(&sl->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me)
+      return dv_fail(DEVRT_ERR_INVALID_STATE,
+                     "%s: a group's calls must all be recorded in captures still running at "
+                     "devrt_group_end, or none (stream %#" PRIx64 ")",
+                     cname[o->kind], o->stream);
+  }
+  for (unsigned i = 0; i < n; i++) {
+    cop* o = ops[i];
+    DV_CHECK(dv_capture_add(o->c->rt, o->cap, o->u, o->nu, cname[o->kind]));
+    DV_CHECK(dv_capture_hold(o->cap, comm_graph_drop, o->c));
+    atomic_fetch_add_explicit(&o->c->graphs, 1, memory_order_relaxed); /* the graph's, as above */
+  }
+  return DEVRT_OK;
+}
+
+/* Issues n calls: pins all, enqueues all (in one NCCL group when `grouped`), marks all; or, in a
+ * capture, records them. */
 static devrt_status run(cop** ops, unsigned n, bool grouped) {
   const dv_nccl* lib = NULL;
   devrt_status st = DEVRT_OK;
   unsigned pinned = 0;
+  bool captured = false;
+  for (unsigned i = 0; i < n; i++) captured |= ops[i]->cap != NULL;
+  if (captured && (st = record(ops, n)) != DEVRT_OK) return st;
+  if (captured) pinned = n; /* nothing to pin: the graph's launch tracks the uses */
   for (; st == DEVRT_OK && pinned < n; pinned++) {
     st = cop_pin(ops[pinned], cname[ops[pinned]->kind]);
     if (st != DEVRT_OK) break;
@@ -742,12 +815,16 @@ static devrt_status run(cop** ops, unsigned n, bool grouped) {
   if (st == DEVRT_OK && nccl && grouped && lib->GroupStart())
     st = dv_fail(DEVRT_ERR_BACKEND_ERROR, "devrt_group_end: ncclGroupStart failed");
   bool started = st == DEVRT_OK && nccl && grouped;
-  for (unsigned i = 0; st == DEVRT_OK && i < n; i++) st = cop_work(ops[i], lib);
+  for (unsigned i = 0; st == DEVRT_OK && i < n; i++) {
+    st = cop_work(ops[i], lib);
+    if (st == DEVRT_OK && captured) ops[i]->cap->launches++;
+  }
   if (started) {
     dv_nccl_result r = lib->GroupEnd(); /* closes the group even after a failed call */
     if (r && st == DEVRT_OK) st = dv_nccl_fail(lib, r, NULL, "ncclGroupEnd", "(%u calls)", n);
   }
-  for (unsigned i = 0; i < pinned; i++) DV_ALSO(st, cop_finish(ops[i], st == DEVRT_OK));
+  for (unsigned i = 0; i < pinned && !captured; i++)
+    DV_ALSO(st, cop_finish(ops[i], st == DEVRT_OK));
   return st;
 }
 
@@ -784,7 +861,7 @@ static devrt_status collective(cop* o, const char* call) {
     goto out;
   }
   devrt_runtime* rt = c->rt;
-  if ((st = dv_stream_get(rt, o->stream, &o->s, call)) != DEVRT_OK) goto out;
+  if ((st = dv_stream_or_capture(rt, o->stream, &o->s, &o->cap, call)) != DEVRT_OK) goto out;
   size_t need_send, need_recv;
   bool v = o->kind == C_ALL_TO_ALLV, p2p_kind = o->kind == C_SEND || o->kind == C_RECV;
   const char* bad = (!v && !o->count)                        ? "count is 0"

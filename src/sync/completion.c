@@ -46,7 +46,7 @@ static devrt_status follow(devrt_runtime* rt, dv_pev* ev, dv_event** bev) {
   if (st == DEVRT_OK) st = dv_pev_wait(rt, q->side[i], ev, NULL);
   if (st == DEVRT_OK)
     st = bev ? rt->be->event_record(*bev = q->bev[i], q->side[i])
-             : rt->be->host_func(q->side[i], post, q);
+             : rt->be->host_func(q->side[i], post, q, 0);
   return st;
 }
 

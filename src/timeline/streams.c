@@ -346,7 +346,7 @@ devrt_status devrt_stream_host_func(devrt_runtime* rt, devrt_stream id, devrt_ho
   DV_ARG_CHECK(fn, "devrt_stream_host_func", "fn is NULL");
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, id, &s, "devrt_stream_host_func"));
-  return rt->be->host_func(s, fn, user);
+  return rt->be->host_func(s, fn, user, 0);
 }
 
 /* ---- imported streams ---- */

@@ -63,6 +63,8 @@ typedef struct dv_capture {
   unsigned launches;       /* recorded launches, copies and fills */
   dv_made* made;           /* blocks allocated in the capture (malloc'd) */
   unsigned nmade, capmade; /* their count and room */
+  struct dv_hold* holds;   /* what the graph holds for higher layers (dv_capture_hold; malloc'd) */
+  unsigned nholds, capholds;
   struct dv_capture* next; /* the capturing thread's other captures (dv_thread_captures) */
 } dv_capture;
 

@@ -307,14 +307,14 @@ static void test_record_stream(void) {
   dv_stream* reader = foreign_on(prt);
   void* p = devrt_torch_alloc(4096, 0, nat(tstream));
   REQUIRE_OK(p ? DEVRT_OK : DEVRT_ERR_DEVICE_ALLOC_FAILED);
-  REQUIRE_OK(prt->be->host_func(reader, wait_gate, NULL)); /* the reader's work, held */
+  REQUIRE_OK(prt->be->host_func(reader, wait_gate, NULL, 0)); /* the reader's work, held */
   devrt_torch_record_stream(p, nat(reader));
   devrt_torch_record_stream(p, nat(reader));  /* twice: one wait */
   devrt_torch_record_stream(p, nat(tstream)); /* its own stream: nothing to wait for */
   CHECK(devrt_last_error()[0] == 0);
   devrt_torch_free(p, 4096, 0, nat(tstream));
   CHECK(devrt_last_error()[0] == 0);
-  REQUIRE_OK(prt->be->host_func(tstream, mark_ran, NULL)); /* after the free, on its stream */
+  REQUIRE_OK(prt->be->host_func(tstream, mark_ran, NULL, 0)); /* after the free, on its stream */
   usleep(20000);
   CHECK(!atomic_load(&ran)); /* held behind the reader */
   atomic_store(&gate, 1);
@@ -350,7 +350,7 @@ static void test_torch_pressure(void) {
   void* a = devrt_torch_alloc(160 * MiB, 0, nat(tstream));
   REQUIRE_OK(a ? DEVRT_OK : DEVRT_ERR_OVER_BUDGET);
   atomic_store(&gate, 0);
-  REQUIRE_OK(prt->be->host_func(tstream, wait_gate, NULL));
+  REQUIRE_OK(prt->be->host_func(tstream, wait_gate, NULL, 0));
   devrt_torch_free(a, 160 * MiB, 0, nat(tstream)); /* into the cache */
   CHECK_OK(devrt_resource_trim(top, &n));          /* then pending, behind the gate */
   CHECK_OK(devrt_resource_query(top, &f));

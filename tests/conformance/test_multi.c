@@ -194,6 +194,7 @@ static void collectives(void) {
 
   m_collectives_data(D, c, NDEV, N);
   m_exchange_data(D, c, NDEV, N, SLOW);
+  m_captured_collectives(D, c, NDEV, N, SLOW);
   devrt_block in[NDEV], out[NDEV];
   for (int r = 0; r < NDEV; r++) {
     in[r] = m_alloc(&D[r], N * 4 * NDEV, "in");

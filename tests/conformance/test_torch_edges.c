@@ -74,7 +74,7 @@ static void case_free(const char* what, int dev, int odev, int which, dv_op op) 
   for (int k = 0; k < WORDS; k++) p[k] = CANARY; /* host memory on the host backend */
   reader rd = {.p = p};
   dv_stream* os = which == SHARED ? readers[odev] : which == FRESH ? new_stream(rts[odev]) : NULL;
-  if (os) REQUIRE_OK(rts[odev]->be->host_func(os, read_canary, &rd));
+  if (os) REQUIRE_OK(rts[odev]->be->host_func(os, read_canary, &rd, 0));
   devrt_torch_record_stream(p, os ? nat(rts[odev], os) : DEVRT_STREAM_PER_THREAD);
   CHECK(devrt_last_error()[0] == 0);
   uint64_t fired = dv_fault_fired();

@@ -64,6 +64,7 @@ static int peers(void) {
   m_all_reduce_read(d, c, 2, N, SLOW);
   m_collectives_data(d, c, 2, 1 << 20);
   m_exchange_data(d, c, 2, 1 << 20, SLOW);
+  m_captured_collectives(d, c, 2, 1 << 20, SLOW);
   for (int i = 0; i < 2; i++) CHECK_OK(devrt_comm_destroy(c[i]));
   CHECK_OK(devrt_peer_disable(d[0].rt, d[1].rt));
   m_close(&d[0]);
@@ -80,6 +81,7 @@ static int nccl_one(void) {
   m_all_reduce_read(&d, &c, 1, N, SLOW);
   m_collectives_data(&d, &c, 1, 1 << 20);
   m_exchange_data(&d, &c, 1, 1 << 20, SLOW);
+  m_captured_collectives(&d, &c, 1, 1 << 20, SLOW);
   CHECK_OK(devrt_comm_destroy(c));
   devrt_comm_id id;
   REQUIRE_OK(devrt_comm_id_create(d.rt, &id));

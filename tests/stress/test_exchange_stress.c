@@ -1,10 +1,11 @@
 /* test_exchange_stress.c: four ranks on four host devices, a thread each (communicators from one
  * id), running the same random sequence of exchanges (all-to-all, all-to-allv with random counts,
  * a ring of sends and receives in one group, a lone send and receive between a random pair,
- * all-reduce) on streams each rank picks at random, over inputs filled on yet another random
- * stream (slowly at times) and freed at once; every result is read back on a random stream and
- * checked. A wrong word is a corruption; 0 are allowed. Rounds: DEVRT_EXCHANGE_ROUNDS (default
- * 200). Host backend only (TSan in CI). */
+ * all-reduce, and replays of two graphs each rank captured at the start: an all-reduce and a ring)
+ * on streams each rank picks at random, over inputs filled on yet another random stream (slowly
+ * at times) and freed at once (a graph's input is overwritten instead: after the last replay's
+ * read); every result is read back on a random stream and checked. A wrong word is a corruption; 0
+ * are allowed. Rounds: DEVRT_EXCHANGE_ROUNDS (default 200). Host backend only (TSan in CI). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include "multi_util.h"
@@ -19,6 +20,8 @@ typedef struct targ {
   int r;
   devrt_comm_id id;
   devrt_comm* c;
+  devrt_block gin, gout, gring; /* the graphs' input, the all-reduce's and the ring's outputs */
+  devrt_graph* g[2];            /* captured: the all-reduce, the ring */
 } targ;
 
 static uint64_t next(uint64_t* s) { /* xorshift64 */
@@ -39,10 +42,55 @@ static uint32_t val(int rank, int round) {
     }                                                                     \
   } while (0)
 
+/* Rank r's two graphs, captured on streams of its choice (every rank captures them in the same
+ * order, as it issues its calls). */
+static void capture(targ* a, uint64_t* mine) {
+  int r = a->r;
+  mdev* d = &D[r];
+  OK(devrt_block_alloc(d->rt, N * 4, d->s[0], "graph in", &a->gin));
+  OK(devrt_block_alloc(d->rt, N * 4, d->s[0], "graph out", &a->gout));
+  OK(devrt_block_alloc(d->rt, N * 4, d->s[0], "graph ring", &a->gring));
+  for (int k = 0; k < 2; k++) {
+    devrt_stream s = d->s[next(mine) % 3];
+    OK(devrt_capture_begin(d->rt, s));
+    if (k == 0) {
+      OK(devrt_all_reduce(a->c, s, a->gin, a->gout, N, DEVRT_UINT32, DEVRT_SUM));
+    } else {
+      OK(devrt_group_start());
+      OK(devrt_send(a->c, s, a->gin, N, DEVRT_UINT32, (r + 1) % NR));
+      OK(devrt_recv(a->c, s, a->gring, N, DEVRT_UINT32, (r + NR - 1) % NR));
+      OK(devrt_group_end());
+    }
+    OK(devrt_capture_end(d->rt, s, &a->g[k]));
+  }
+}
+
+/* A replay of graph k after its input is overwritten (slowly at times), read back and checked. */
+static void replay(targ* a, int round, int k, uint64_t* mine) {
+  int r = a->r;
+  mdev* d = &D[r];
+  devrt_stream s_fill = d->s[next(mine) % 3], s_op = d->s[next(mine) % 3],
+               s_read = d->s[next(mine) % 3];
+  OK(m_fill(d, s_fill, d->rt, a->gin, val(r, round), N, next(mine) % 4 == 0 ? 2 * MS : 0));
+  OK(devrt_graph_launch(a->g[k], s_op));
+  uint32_t want = k ? val((r + NR - 1) % NR, round) : 0;
+  for (int j = 0; !k && j < NR; j++) want += val(j, round);
+  uint32_t* h = malloc(N * 4);
+  OK(b_read(d->rt, s_read, k ? a->gring : a->gout, h, N * 4));
+  uint64_t wrong = 0;
+  for (int i = 0; i < N; i++) wrong += h[i] != want;
+  free(h);
+  atomic_fetch_add(&corrupt, wrong);
+}
+
 /* One round of rank r: the op from the shared sequence, the streams from its own. */
 static void round_of(targ* a, int round, uint64_t op, uint64_t* mine) {
   int r = a->r;
   mdev* d = &D[r];
+  if (op % 7 >= 5) {
+    replay(a, round, (int)(op % 7) - 5, mine);
+    return;
+  }
   devrt_stream s_fill = d->s[next(mine) % 3], s_op = d->s[next(mine) % 3],
                s_read = d->s[next(mine) % 3];
   uint64_t slow = next(mine) % 4 == 0 ? 2 * MS : 0;
@@ -122,9 +170,15 @@ static void* thread_main(void* p) {
     return NULL;
   }
   uint64_t shared = 0x9e3779b97f4a7c15ull, mine = 0x2545f4914f6cdd1dull * (uint64_t)(r + 1);
+  capture(a, &mine);
   for (int i = 0; i < rounds && !atomic_load(&failed); i++) round_of(a, i, next(&shared), &mine);
   for (int s = 0; s < 3; s++) devrt_stream_synchronize(D[r].rt, D[r].s[s]);
-  devrt_comm_destroy(a->c);
+  for (int k = 0; k < 2; k++)
+    if (a->g[k]) devrt_graph_destroy(a->g[k]);
+  devrt_block blocks[3] = {a->gin, a->gout, a->gring};
+  for (int k = 0; k < 3; k++)
+    if (blocks[k]) devrt_block_free(D[r].rt, blocks[k]);
+  if (devrt_comm_destroy(a->c) != DEVRT_OK) atomic_fetch_add(&failed, 1);
   return NULL;
 }
 
@@ -137,7 +191,7 @@ int main(void) {
   pthread_t th[NR];
   REQUIRE_OK(devrt_comm_id_create(D[0].rt, &a[0].id));
   for (int r = 0; r < NR; r++) {
-    a[r].r = r, a[r].id = a[0].id, a[r].c = NULL;
+    a[r] = (targ){.r = r, .id = a[0].id};
     pthread_create(&th[r], NULL, thread_main, &a[r]);
   }
   for (int r = 0; r < NR; r++) pthread_join(th[r], NULL);
