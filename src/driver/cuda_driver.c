@@ -75,6 +75,7 @@ static void load(void) {
   ok = true;
   DV_CU_GRAPH(DV_CU_RESOLVE) drv.has_graphs = ok;
   DV_CU_GREEN_QUERY(DV_CU_RESOLVE)
+  DV_CU_GRAPH_MEM(DV_CU_RESOLVE)
   ok = true;
   DV_CU_PEER(DV_CU_RESOLVE) drv.has_peer = ok;
   drv.has_structured_split = resolve("cuDevSmResourceSplit") != NULL;

@@ -102,6 +102,14 @@
 /* Green-context facts for tests and diagnostics (CUDA 12.4+). */
 #define DV_CU_GREEN_QUERY(X) X(cuStreamGetGreenCtx)
 
+/* Graph memory nodes, for `devrt bench graph`'s comparison with devrt's temporaries (CUDA 11.4+;
+ * each NULL where the driver lacks it). */
+// clang-format off: one X a line
+#define DV_CU_GRAPH_MEM(X) \
+  X(cuMemAllocAsync)       \
+  X(cuDeviceGetGraphMemAttribute)
+// clang-format on
+
 #define DV_CU_FIELD(name) __typeof__(&name) name;
 
 typedef struct dv_driver {
@@ -111,6 +119,7 @@ typedef struct dv_driver {
   DV_CU_GREEN_STREAM(DV_CU_FIELD)
   DV_CU_GRAPH(DV_CU_FIELD)
   DV_CU_GREEN_QUERY(DV_CU_FIELD)
+  DV_CU_GRAPH_MEM(DV_CU_FIELD)
   DV_CU_PEER(DV_CU_FIELD)
   __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
   int version;                                        /* cuDriverGetVersion, e.g. 13000 */
