@@ -47,7 +47,7 @@ void bench_begin(bench_suite* b, const cli_opts* o, const char* suite, const cha
         "overhead: of\n"
         "each round against the raw round beside it, median [p10, p90] and the median's 95%% "
         "interval\n"
-        "%-24s %28s %28s %22s %11s %9s\n",
+        "%-28s %28s %28s %22s %11s %9s\n",
         suite, device, backend, "op", "devrt", "raw", "ratio", "ratio ci95", "overhead");
 }
 
@@ -116,7 +116,7 @@ static void report(bench_suite* b, bench_row* w, int rounds, double* d, double* 
         steady ? "true" : "false");
   } else
     printf(
-        "%-24s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f "
+        "%-28s %9.1f [%7.1f, %7.1f] %9.1f [%7.1f, %7.1f] %7.3f [%5.3f, %5.3f] %5.3f-%5.3f "
         "%+8.1f%s\n",
         w->op, sd.median, sd.p10, sd.p90, sr.median, sr.p10, sr.p90, sq.median, sq.p10, sq.p90,
         ci_lo, ci_hi, so.median, steady ? "" : "  (unsteady host)");

@@ -72,7 +72,8 @@ static const struct command {
      bench_multi, O_ORDINAL | O_ROUNDS},
     {"bench graph", "[--json] [--ordinal N] [--rounds R]",
      "a captured region of 100 recorded launches replayed (devrt_graph_launch) vs the raw replay "
-     "of the same launches, and vs issuing the 100 recorded launches",
+     "of the same launches, vs issuing the 100 recorded launches, a replay with its synchronize, "
+     "and (cuda) temporaries allocated at capture vs CUDA graph memory nodes",
      bench_graph, O_ORDINAL | O_ROUNDS},
     {"bench demo", "[--json] [--rounds R] [--tenants N] [--scale S] ...",
      "the demo on partitions and on plain streams: scan speed vs a device copy, busy fraction, "
