@@ -22,11 +22,23 @@
  *   semaphore of the runtime fails with DEVICE_LOST, and later submissions are refused.
  * - Arguments are validated before anything is queued: a refused submission changes nothing. The
  *   submission's arrays, kernel arguments and use list are copied; the caller may reuse them
- *   at once. An `enqueue` callback's user pointer and a kernel's module must stay alive until
- *   the submission's signals are reached. The stream (if not 0) must stay held until then. */
+ *   at once. An `enqueue` callback's user pointer, a kernel's module and a GRAPH submission's
+ *   graph must stay alive until the submission's signals are reached. The stream (if not 0) must
+ *   stay held until then.
+ * - A graph (DEVRT_WORK_GRAPH) is launched once its waits are scheduled, as devrt_graph_launch
+ *   launches it (graph.h: its uses wait for earlier writers, its end is marked on its blocks);
+ *   its signals are reached when that replay completes. A block it uses that is freed before the
+ *   replay is issued fails its signals with STALE_BLOCK, as a refused launch does.
+ * - A stream the calling thread captures (graph.h): a submission with no waits and no signals of
+ *   kind LAUNCH, ALLOC, FREE or BARRIER is recorded into the capture, on the calling thread, as
+ *   devrt_launch, devrt_block_alloc on that stream, devrt_block_free or nothing would be; one with
+ *   waits or signals, a HOST_CALL and a GRAPH are refused with INVALID_STATE (a semaphore value is
+ *   reached once, a graph replays many times). A stream another thread captures is refused with
+ *   INVALID_STATE. */
 #ifndef DEVRT_QUEUE_H
 #define DEVRT_QUEUE_H
 
+#include "devrt/graph.h"
 #include "devrt/launch.h"
 #include "devrt/semaphore.h"
 
@@ -46,6 +58,7 @@ typedef enum devrt_work_kind {
   DEVRT_WORK_ALLOC,       /* a stream-ordered block allocation: the handle is returned at once,
                              its memory exists once the waits are met and the alloc is issued */
   DEVRT_WORK_FREE,        /* devrt_block_free, issued on the submission's stream after its waits */
+  DEVRT_WORK_GRAPH,       /* devrt_graph_launch of `graph` on the submission's stream */
 } devrt_work_kind;
 
 /* A host call's result: not OK fails its signal semaphores with that status. */
@@ -70,12 +83,14 @@ typedef struct devrt_submission {
     size_t size;
     const char* tag;
     devrt_block* out;
-  } alloc;           /* ALLOC: *out set at once */
-  devrt_block block; /* FREE */
+  } alloc;            /* ALLOC: *out set at once */
+  devrt_block block;  /* FREE */
+  devrt_graph* graph; /* GRAPH: a live graph of this runtime */
 } devrt_submission;
 
-/* Queues one submission (see the rules above). INVALID_ARGUMENT for a bad field (nothing is
- * queued), DEVICE_LOST once the device is lost. Thread-safe. */
+/* Queues one submission (see the rules above), or records it into the calling thread's capture.
+ * INVALID_ARGUMENT for a bad field (nothing is queued), INVALID_STATE for a submission a capture
+ * refuses, DEVICE_LOST once the device is lost. Thread-safe. */
 devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub);
 
 typedef enum devrt_completion_mode {

@@ -1,6 +1,6 @@
 /* launch.h (internal): what the submission queue (src/sync) needs from recorded launches: the
  * checks made before anything is queued, a copy of the kernel's arguments for a deferred launch,
- * and the launch itself returning the event its work ends at. */
+ * and the launch itself (or a graph's) returning the event its work ends at. */
 #ifndef DEVRT_LAUNCH_INTERNAL_H
 #define DEVRT_LAUNCH_INTERNAL_H
 
@@ -20,6 +20,10 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
  * with no uses, and *ev gets a reference to it. */
 devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
                              dv_stream* s, dv_graph* graph, dv_pev** ev);
+/* Checks that g is a live graph of rt (INVALID_ARGUMENT otherwise); with s non-NULL, then launches
+ * it on held stream id as devrt_graph_launch does, ev as dv_launch_issue's (src/launch/graph.c). */
+devrt_status dv_graph_issue(devrt_runtime* rt, devrt_graph* g, devrt_stream id, dv_stream* s,
+                            dv_pev** ev);
 
 /* Something a higher layer's recorded call needs kept for as long as the graph exists (a
  * communicator's count of graphs that hold its collectives): drop(p) runs once, when the graph is

@@ -34,6 +34,9 @@ static const char* describe(const dv_action* a, char* buf, size_t n) {
     case DEVRT_WORK_FREE:
       snprintf(buf, n, "queued free of block %#" PRIx64, a->block);
       break;
+    case DEVRT_WORK_GRAPH:
+      snprintf(buf, n, "queued launch of graph %p", (void*)a->graph);
+      break;
     default:
       snprintf(buf, n, "barrier");
   }
@@ -64,6 +67,8 @@ static devrt_status do_work(dv_action* a, devrt_stream id, dv_stream* s, dv_pev*
     case DEVRT_WORK_FREE:
       DV_CHECK(dv_block_free_on(rt, a->block, id, s));
       break;
+    case DEVRT_WORK_GRAPH:
+      return dv_graph_issue(rt, a->graph, id, s, want);
     default:
       break;
   }
@@ -350,6 +355,8 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
       return DEVRT_OK;
     case DEVRT_WORK_FREE:
       return dv_block_check(rt, sub->block, "devrt_queue_submit");
+    case DEVRT_WORK_GRAPH: /* its blocks are checked when it is issued */
+      return dv_graph_issue(rt, sub->graph, 0, NULL, NULL);
     default:
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                      "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
@@ -359,7 +366,7 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
 /* The fields of the work itself (a launch's uses and arguments are set by the caller). */
 static void borrow_work(dv_action* a, const devrt_submission* sub) {
   a->fn = sub->host.fn, a->user = sub->host.user;
-  a->size = sub->alloc.size, a->tag = sub->alloc.tag;
+  a->size = sub->alloc.size, a->tag = sub->alloc.tag, a->graph = sub->graph;
   if (sub->kind == DEVRT_WORK_FREE) a->block = sub->block;
 }
 
@@ -396,12 +403,63 @@ static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned
   return a;
 }
 
+/* Whether the calling thread captures held stream id (relaxed: as dv_stream_get's load; only
+ * this thread stores its own token there). */
+static bool captured_here(devrt_runtime* rt, devrt_stream id) {
+  return dv_stream_held(rt, id) &&
+         atomic_load_explicit(&rt->slots[DV_SID_SLOT(id)].cap_owner, memory_order_relaxed) ==
+             (uintptr_t)&dv_thread_me;
+}
+
+static DV_COLD devrt_status not_recorded(const devrt_submission* sub, const char* why) {
+  return dv_fail(DEVRT_ERR_INVALID_STATE,
+                 "devrt_queue_submit: stream %#" PRIx64
+                 " is capturing on this thread (devrt_capture_begin), which records no %s",
+                 sub->stream, why);
+}
+
+/* A submission on a stream the calling thread captures: recorded as the direct call would be. */
+static DV_NOINLINE devrt_status record(devrt_runtime* rt, const devrt_submission* sub) {
+  if (sub->nwaits || sub->nsignals)
+    return not_recorded(sub,
+                        "waits or signals: a semaphore value is reached once and a graph "
+                        "replays many times: submit the graph's launch with "
+                        "DEVRT_WORK_GRAPH instead");
+  devrt_launch_desc d = sub->launch;
+  switch (sub->kind) {
+    case DEVRT_WORK_BARRIER:
+      return DEVRT_OK;
+    case DEVRT_WORK_LAUNCH:
+      d.stream = sub->stream;
+      return devrt_launch(rt, &d);
+    case DEVRT_WORK_ALLOC:
+      return devrt_block_alloc(rt, sub->alloc.size, sub->stream, sub->alloc.tag, sub->alloc.out);
+    case DEVRT_WORK_FREE:
+      return devrt_block_free(rt, sub->block);
+    case DEVRT_WORK_HOST_CALL:
+      return not_recorded(sub, "host call: it runs on devrt's dispatch thread, not in a replay");
+    case DEVRT_WORK_GRAPH:
+      return not_recorded(sub, "graph launch: launch the graph once the capture has ended");
+    default:
+      return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                     "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
+  }
+}
+
 devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) {
   DV_RT_CHECK(rt, "devrt_queue_submit");
   dv_queue* q = rt->q;
   unsigned nargs = 0;
   size_t argbytes = 0;
   devrt_block blk = 0;
+  if (sub && captured_here(rt, sub->stream)) { /* recorded, not queued */
+    devrt_status st = record(rt, sub);
+    if (st == DEVRT_OK)
+      STAT(q, submitted);
+    else
+      STAT(q, refused);
+    return st;
+  }
   devrt_status st = validate(rt, sub, &nargs, &argbytes);
   /* acquire: pairs with dv_device_lost's release (lost_msg is written before) */
   if (st == DEVRT_OK && atomic_load_explicit(&q->lost, memory_order_acquire))

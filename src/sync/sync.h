@@ -98,6 +98,7 @@ struct dv_action {
   devrt_block block; /* ALLOC (reserved at submit) or FREE */
   size_t size;       /* ALLOC */
   const char* tag;
+  devrt_graph* graph; /* GRAPH */
   dv_action* next;
 };
 

@@ -1,7 +1,8 @@
 /* test_queue.c: the submission queue (queue.h) over timeline semaphores: IREE's CTS submission
  * cases, device/host chains in every direction (12 launches and 32768 barriers, reverse order),
  * failure propagation, queued alloc/free, host calls, device loss, refusals, both completion modes,
- * and a host signal issuing what it releases on its own thread. */
+ * a host signal issuing what it releases on its own thread, graphs as submissions (gated, chained,
+ * stale, refused) and submissions recorded into, or refused by, a capture. */
 #include <pthread.h>
 #include "launch_util.h"
 
@@ -805,6 +806,183 @@ static void refused(const ctx* c) {
   DROP(s, z, y);
 }
 
+/* ---- graphs (DEVRT_WORK_GRAPH) and captures ---- */
+
+static devrt_status q_graph(const ctx* c, devrt_stream s, list w, list g, devrt_graph* gr) {
+  return q_submit(c->r, (devrt_submission){.stream = s, .kind = DEVRT_WORK_GRAPH, .graph = gr}, w,
+                  g);
+}
+
+/* A graph of dst = src (a tracked copy), captured on s. */
+static devrt_graph* copy_graph(const ctx* c, devrt_stream s, devrt_block dst, devrt_block src) {
+  devrt_graph* g = NULL;
+  REQUIRE_OK(devrt_capture_begin(c->r, s));
+  CHECK_OK(k_copy(c->r, &c->k, s, dst, src, N, 0, true));
+  REQUIRE_OK(devrt_capture_end(c->r, s, &g));
+  return g;
+}
+
+static uint64_t graph_launches(devrt_graph* g) {
+  devrt_graph_info gi = {0};
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  return gi.launches;
+}
+
+/* A graph submitted behind a host semaphore runs only once the host signals, then reaches its
+ * signal; with no semaphores, its tracked uses order it after a slow writer of its input and a
+ * tracked reader after it, as devrt_graph_launch's do. */
+static void graph_gated(const ctx* c) {
+  devrt_semaphore *h = sem(c, 0), *y = sem(c, 0);
+  devrt_block a = blk(c, 0x5a), b = blk(c, 0);
+  devrt_graph* g = copy_graph(c, c->q[0], b, a);
+  CHECK_OK(q_graph(c, c->q[1], L({h, 1}), L({y, 1}), g));
+  t_sleep_ms(10);
+  CHECK(value(y) == 0 && peek(c, b, 0) == 0 && graph_launches(g) == 0);
+  CHECK_OK(devrt_semaphore_signal(h, 1));
+  reached(y, 1);
+  CHECK(peek(c, b, 0x5a) == 0 && graph_launches(g) == 1);
+  CHECK_OK(k_fill(c->r, &c->k, c->q[0], a, 0x6b, N, 20 * MS, true));
+  CHECK_OK(q_graph(c, c->q[1], NONE, NONE, g));
+  CHECK(b_wrong(c->r, c->io, b, N, 0x6b) == 0);
+  CHECK_OK(devrt_graph_destroy(g));
+  devrt_block all[] = {a, b};
+  release(c, all, 2);
+  DROP(h, y);
+}
+
+/* launch -> graph -> launch on three streams, submitted in reverse and started by a host signal:
+ * the launches untracked, so only the semaphores order them around the graph. */
+static void graph_chain(const ctx* c) {
+  devrt_semaphore *h = sem(c, 0), *x = sem(c, 0);
+  devrt_block a = blk(c, 0), b = blk(c, 0), d = blk(c, 0);
+  devrt_graph* g = copy_graph(c, c->q[0], b, a);
+  devrt_queue_stats st0 = qstats(c), st;
+  CHECK_OK(q_kern(c, 0, L({x, 2}), L({x, 3}), d, b, 0, 0, false));
+  CHECK_OK(q_graph(c, c->q[1], L({x, 1}), L({x, 2}), g));
+  CHECK_OK(q_kern(c, c->q[0], L({h, 1}), L({x, 1}), a, 0, 0xc1, 10 * MS, false));
+  CHECK(qstats(c).parked - st0.parked == 3 && value(x) == 0);
+  CHECK_OK(devrt_semaphore_signal(h, 1));
+  reached(x, 3);
+  CHECK(peek(c, b, 0xc1) == 0 && peek(c, d, 0xc1) == 0 && graph_launches(g) == 1);
+  SETTLE(c, st, st.issued_by_dispatch - st0.issued_by_dispatch == 3);
+  CHECK(st.host_hops == 0);
+  CHECK_OK(devrt_graph_destroy(g));
+  devrt_block all[] = {a, b, d};
+  release(c, all, 3);
+  DROP(h, x);
+}
+
+/* A graph whose output is freed while its submission is parked, or before it is submitted, fails
+ * its signals (and what waits on them) with STALE_BLOCK; the graph does not run. */
+static void graph_stale(const ctx* c) {
+  devrt_semaphore *gate = sem(c, 0), *f = sem(c, 0), *d = sem(c, 0), *f2 = sem(c, 0);
+  devrt_block a = blk(c, 1), b = blk(c, 0);
+  devrt_graph* g = copy_graph(c, c->q[0], b, a);
+  CHECK_OK(q_graph(c, c->q[1], L({gate, 1}), L({f, 1}), g));
+  CHECK_OK(barrier(c, 0, L({f, 1}), L({d, 1})));
+  CHECK_OK(devrt_block_free(c->r, b));
+  CHECK_OK(devrt_semaphore_signal(gate, 1));
+  expect_failed(f, 1, DEVRT_ERR_STALE_BLOCK, "graph");
+  expect_failed(d, 1, DEVRT_ERR_STALE_BLOCK, "graph");
+  CHECK_OK(q_graph(c, c->q[0], NONE, L({f2, 1}), g));
+  expect_failed(f2, 1, DEVRT_ERR_STALE_BLOCK, "graph");
+  CHECK(graph_launches(g) == 0);
+  CHECK_OK(devrt_graph_destroy(g));
+  release(c, &a, 1);
+  DROP(gate, f, d, f2);
+}
+
+/* NULL, destroyed (its magic cleared: a real one's memory is freed, and reading it would be a use
+ * after free) and another runtime's graphs are refused, nothing queued. */
+static void graph_refused(const ctx* c) {
+  ctx o;
+  ctx_open(&o, NULL);
+  devrt_block a = blk(&o, 0), b = blk(&o, 0);
+  devrt_graph* other = copy_graph(&o, o.q[0], b, a);
+  static uint64_t dead[16]; /* zero: a destroyed graph's magic */
+  devrt_semaphore* z = sem(c, 0);
+  devrt_queue_stats st0 = qstats(c), st;
+  CHECK_STATUS(q_graph(c, c->q[0], NONE, L({z, 1}), NULL), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(q_graph(c, c->q[0], NONE, L({z, 1}), (devrt_graph*)dead),
+               DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "destroyed") != NULL);
+  CHECK_STATUS(q_graph(c, c->q[0], NONE, L({z, 1}), other), DEVRT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(devrt_last_error(), "another runtime") != NULL);
+  st = qstats(c);
+  CHECK(st.refused - st0.refused == 3 && st.submitted == st0.submitted && value(z) == 0);
+  CHECK(graph_launches(other) == 0);
+  CHECK_OK(devrt_graph_destroy(other));
+  devrt_block all[] = {a, b};
+  release(&o, all, 2);
+  ctx_close(&o);
+  DROP(z);
+}
+
+static void* submit_on(void* p) { /* another thread's barrier on a stream this one captures */
+  const ctx* c = p;
+  return (void*)(uintptr_t)devrt_queue_submit(
+      c->r, &(devrt_submission){.stream = c->q[0], .kind = DEVRT_WORK_BARRIER});
+}
+
+/* Under a capture of q[0]: a queued ALLOC of a temporary, LAUNCHes (tmp = 0x77, out = tmp) and its
+ * FREE, all without semaphores, are recorded (nothing runs); a wait, a signal, a host call and a
+ * graph are refused naming the capture, and so is another thread's barrier. The graph replays
+ * twice (launched, then submitted), each time writing out again. */
+static void graph_capture(const ctx* c) {
+  devrt_semaphore *s = sem(c, 0), *y = sem(c, 0);
+  devrt_block out = blk(c, 0), a = blk(c, 0), b = blk(c, 0), tmp = 0;
+  devrt_graph* other = copy_graph(c, c->q[1], b, a);
+  hcall hc = {0};
+  devrt_queue_stats st0 = qstats(c), st;
+  CHECK_OK(devrt_capture_begin(c->r, c->q[0]));
+  CHECK_OK(q_alloc(c, c->q[0], NONE, NONE, N * 4, &tmp));
+  CHECK(tmp != 0);
+  CHECK_OK(q_kern(c, c->q[0], NONE, NONE, tmp, 0, 0x77, 0, true));
+  CHECK_OK(q_kern(c, c->q[0], NONE, NONE, out, tmp, 0, 0, true));
+  CHECK_OK(q_free(c, c->q[0], NONE, NONE, tmp));
+  CHECK_OK(barrier(c, c->q[0], NONE, NONE));
+  CHECK_STATUS(barrier(c, c->q[0], L({s, 0}), NONE), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "capturing") && strstr(devrt_last_error(), "DEVRT_WORK_GRAPH"));
+  CHECK_STATUS(q_kern(c, c->q[0], NONE, L({s, 1}), out, 0, 1, 0, true), DEVRT_ERR_INVALID_STATE);
+  hc.self = &hc;
+  CHECK_STATUS(
+      q_submit(c->r,
+               (devrt_submission){
+                   .stream = c->q[0], .kind = DEVRT_WORK_HOST_CALL, .host = {on_host, &hc}},
+               NONE, NONE),
+      DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "host call") != NULL);
+  CHECK_STATUS(q_graph(c, c->q[0], NONE, NONE, other), DEVRT_ERR_INVALID_STATE);
+  CHECK(strstr(devrt_last_error(), "graph launch") != NULL);
+  pthread_t th;
+  void* ret = NULL;
+  pthread_create(&th, NULL, submit_on, (void*)c);
+  pthread_join(th, &ret);
+  CHECK((devrt_status)(uintptr_t)ret == DEVRT_ERR_INVALID_STATE);
+  devrt_graph* g = NULL;
+  CHECK_OK(devrt_capture_end(c->r, c->q[0], &g));
+  devrt_graph_info gi = {0};
+  CHECK_OK(devrt_graph_info_get(g, &gi));
+  CHECK(gi.recorded == 2 && gi.blocks == 2 && hc.calls == 0);
+  st = qstats(c);
+  CHECK(st.submitted - st0.submitted == 5 && st.refused - st0.refused == 5 &&
+        st.parked == st0.parked);
+  void* p;
+  CHECK_STATUS(devrt_block_ptr(c->r, tmp, &p), DEVRT_ERR_STALE_BLOCK); /* the graph's now */
+  CHECK(peek(c, out, 0) == 0 && value(s) == 0);                        /* nothing ran */
+  CHECK_OK(devrt_graph_launch(g, c->q[1]));
+  CHECK(b_wrong(c->r, c->io, out, N, 0x77) == 0);
+  CHECK_OK(k_fill(c->r, &c->k, c->q[1], out, 0, N, 0, true));
+  CHECK_OK(q_graph(c, c->q[0], NONE, L({y, 1}), g));
+  reached(y, 1);
+  CHECK(peek(c, out, 0x77) == 0 && graph_launches(g) == 2);
+  CHECK_OK(devrt_graph_destroy(g));
+  CHECK_OK(devrt_graph_destroy(other));
+  devrt_block all[] = {out, a, b};
+  release(c, all, 3);
+  DROP(s, y);
+}
+
 static devrt_status nop(void* user, devrt_stream s, void* native) {
   (void)user, (void)s, (void)native;
   return DEVRT_OK;
@@ -860,6 +1038,11 @@ int main(void) {
   alloc_chain(&c);
   alloc_over_budget();
   refused(&c);
+  graph_gated(&c);
+  graph_chain(&c);
+  graph_stale(&c);
+  graph_refused(&c);
+  graph_capture(&c);
 
   devrt_queue_stats st = qstats(&c);
   printf(

@@ -1423,14 +1423,17 @@ static devrt_status fill(devrt_stream s, devrt_block h, void* p, uint64_t n, uin
 
 /* A capture on one of this thread's own streams (only when streams are not shared: another
  * thread's call on it would be refused), a few fills of own blocks recorded, a synchronize
- * refused naming the capture, the end, launches of the graph on own streams, at times one of its
- * blocks freed and the next launch refused as STALE, and its destroy. */
+ * refused naming the capture, and so is a queued host call, the end, launches of the graph on own
+ * streams, directly and queued, at times one of its blocks freed and the next launch refused as
+ * STALE, and its destroy. */
 static void op_graph(worker* w) {
   if (g_share_used || !w->nstreams || !w->nblocks) return;
   devrt_stream s = w->streams[rn(&w->r, w->nstreams)];
   if (CHK(devrt_capture_begin(g_rt, s), OK_) != DEVRT_OK) return;
   CHK(devrt_stream_synchronize(g_rt, s), IST);
   CHK(devrt_capture_begin(g_rt, s), IST);
+  devrt_submission sub = {.stream = s, .kind = DEVRT_WORK_HOST_CALL, .host = {host_call, NULL}};
+  CHK(devrt_queue_submit(g_rt, &sub), IST); /* a capture records no host call */
   unsigned fills = 1 + rn(&w->r, 4);
   blk used[4];
   for (unsigned i = 0; i < fills; i++) {
@@ -1459,6 +1462,8 @@ static void op_graph(worker* w) {
   CHK(devrt_capture_end(g_rt, s, &g), IST);
   for (unsigned k = 1 + rn(&w->r, 3); k; k--)
     CHK(devrt_graph_launch(g, w->streams[rn(&w->r, w->nstreams)]), OK_);
+  sub.kind = DEVRT_WORK_GRAPH, sub.graph = g; /* no waits: issued at once, before the destroy */
+  CHK(devrt_queue_submit(g_rt, &sub), OK_);
   if (chance(&w->r, 30)) { /* a block it uses freed: the next launch is refused */
     unsigned i = 0;
     while (w->blocks[i].h != used[0].h) i++;
