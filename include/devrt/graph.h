@@ -4,8 +4,9 @@
  * devrt_capture_end, what that thread issues on the stream is recorded, not run: recorded
  * launches (kernels and foreign work through an enqueue callback, whose native stream is then
  * the capture's), foreign work through devrt_prepare_block_use / devrt_finish_block_use,
- * devrt_memcpy_async / devrt_memset_async, and collectives (collective.h: the graph holds its
- * communicator, whose destroy is refused until the graph is destroyed). Every other call on a
+ * devrt_memcpy_async / devrt_memset_async, collectives (collective.h: the graph holds its
+ * communicator, whose destroy is refused until the graph is destroyed), and queued submissions
+ * without semaphores (queue.h; a graph is submitted with DEVRT_WORK_GRAPH). Every other call on a
  * capturing stream, and every call on it from another thread, is refused with INVALID_STATE
  * naming the capture (a synchronize, an allocation from a resource or a pool on it, a release),
  * so nothing runs unrecorded in the middle of a capture. The stream itself runs nothing meanwhile:
