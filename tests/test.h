@@ -50,6 +50,24 @@ static int t_failures, t_checks;
     }                                                                                             \
   } while (0)
 
+/* xorshift64: the stress tests' random choices (each thread seeds its own state, never 0). */
+static inline uint64_t t_rand(uint64_t* s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+/* In a stress thread's void function: a call that fails is printed with its line, counted in
+ * the atomic `counter`, and ends the function. */
+#define T_STRESS_OK(counter, expr)                                               \
+  do {                                                                           \
+    devrt_status s_ = (expr);                                                    \
+    if (s_ != DEVRT_OK) {                                                        \
+      fprintf(stderr, "line %d: %s: %s\n", __LINE__, #expr, devrt_last_error()); \
+      atomic_fetch_add(&(counter), 1);                                           \
+      return;                                                                    \
+    }                                                                            \
+  } while (0)
+
 static inline int t_done(void) {
   printf("%d checks, %d failed\n", t_checks, t_failures);
   return t_failures ? 1 : 0;

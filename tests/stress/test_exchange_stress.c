@@ -24,10 +24,6 @@ typedef struct targ {
   devrt_graph* g[2];            /* captured: the all-reduce, the ring */
 } targ;
 
-static uint64_t next(uint64_t* s) { /* xorshift64 */
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  return *s;
-}
 static uint32_t val(int rank, int round) {
   return (uint32_t)(rank + 1) * 100000u + (uint32_t)round;
 }
@@ -51,7 +47,7 @@ static void capture(targ* a, uint64_t* mine) {
   OK(devrt_block_alloc(d->rt, N * 4, d->s[0], "graph out", &a->gout));
   OK(devrt_block_alloc(d->rt, N * 4, d->s[0], "graph ring", &a->gring));
   for (int k = 0; k < 2; k++) {
-    devrt_stream s = d->s[next(mine) % 3];
+    devrt_stream s = d->s[t_rand(mine) % 3];
     OK(devrt_capture_begin(d->rt, s));
     if (k == 0) {
       OK(devrt_all_reduce(a->c, s, a->gin, a->gout, N, DEVRT_UINT32, DEVRT_SUM));
@@ -69,9 +65,9 @@ static void capture(targ* a, uint64_t* mine) {
 static void replay(targ* a, int round, int k, uint64_t* mine) {
   int r = a->r;
   mdev* d = &D[r];
-  devrt_stream s_fill = d->s[next(mine) % 3], s_op = d->s[next(mine) % 3],
-               s_read = d->s[next(mine) % 3];
-  OK(m_fill(d, s_fill, d->rt, a->gin, val(r, round), N, next(mine) % 4 == 0 ? 2 * MS : 0));
+  devrt_stream s_fill = d->s[t_rand(mine) % 3], s_op = d->s[t_rand(mine) % 3],
+               s_read = d->s[t_rand(mine) % 3];
+  OK(m_fill(d, s_fill, d->rt, a->gin, val(r, round), N, t_rand(mine) % 4 == 0 ? 2 * MS : 0));
   OK(devrt_graph_launch(a->g[k], s_op));
   uint32_t want = k ? val((r + NR - 1) % NR, round) : 0;
   for (int j = 0; !k && j < NR; j++) want += val(j, round);
@@ -91,9 +87,9 @@ static void round_of(targ* a, int round, uint64_t op, uint64_t* mine) {
     replay(a, round, (int)(op % 7) - 5, mine);
     return;
   }
-  devrt_stream s_fill = d->s[next(mine) % 3], s_op = d->s[next(mine) % 3],
-               s_read = d->s[next(mine) % 3];
-  uint64_t slow = next(mine) % 4 == 0 ? 2 * MS : 0;
+  devrt_stream s_fill = d->s[t_rand(mine) % 3], s_op = d->s[t_rand(mine) % 3],
+               s_read = d->s[t_rand(mine) % 3];
+  uint64_t slow = t_rand(mine) % 4 == 0 ? 2 * MS : 0;
   devrt_block in = 0, out = 0;
   OK(devrt_block_alloc(d->rt, N * 4 * NR, s_fill, "in", &in));
   OK(devrt_block_alloc(d->rt, N * 4 * NR, s_op, "out", &out));
@@ -171,7 +167,7 @@ static void* thread_main(void* p) {
   }
   uint64_t shared = 0x9e3779b97f4a7c15ull, mine = 0x2545f4914f6cdd1dull * (uint64_t)(r + 1);
   capture(a, &mine);
-  for (int i = 0; i < rounds && !atomic_load(&failed); i++) round_of(a, i, next(&shared), &mine);
+  for (int i = 0; i < rounds && !atomic_load(&failed); i++) round_of(a, i, t_rand(&shared), &mine);
   for (int s = 0; s < 3; s++) devrt_stream_synchronize(D[r].rt, D[r].s[s]);
   for (int k = 0; k < 2; k++)
     if (a->g[k]) devrt_graph_destroy(a->g[k]);

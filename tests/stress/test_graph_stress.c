@@ -25,20 +25,7 @@ static int rounds;
 static bool temps_on = true; /* DEVRT_GRAPH_TEMPS=0: no graph has a temporary */
 static _Atomic uint64_t corrupt, failed, refused, stale, temps, forks;
 
-static uint64_t next(uint64_t* s) { /* xorshift64 */
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  return *s;
-}
-
-#define OK(expr)                                                                 \
-  do {                                                                           \
-    devrt_status s_ = (expr);                                                    \
-    if (s_ != DEVRT_OK) {                                                        \
-      fprintf(stderr, "line %d: %s: %s\n", __LINE__, #expr, devrt_last_error()); \
-      atomic_fetch_add(&failed, 1);                                              \
-      return;                                                                    \
-    }                                                                            \
-  } while (0)
+#define OK(expr) T_STRESS_OK(failed, expr)
 
 typedef struct gset { /* a graph of out = in (copy) and flag = its id (fill) */
   devrt_block in, out, flag;
@@ -57,10 +44,10 @@ static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   devrt_block* b[] = {&x->in, &x->out, &x->flag};
   for (int i = 0; i < 3; i++) OK(devrt_block_alloc(rt, N * 4, S[t], "graph", b[i]));
   OK(k_fill(rt, &K, S[t], x->in, 0, N, 0, true));
-  OK(devrt_capture_begin(rt, S[t]));         /* the others' calls on S[t] are refused meanwhile */
-  if (next(r) % 2) sched_yield();            /* let them try */
-  if ((x->temp = next(r) % 2 && temps_on)) { /* through a temporary of the graph's own: launches on
-                                   two streams at once both write it, and tracking orders them */
+  OK(devrt_capture_begin(rt, S[t]));           /* the others' calls on S[t] are refused meanwhile */
+  if (t_rand(r) % 2) sched_yield();            /* let them try */
+  if ((x->temp = t_rand(r) % 2 && temps_on)) { /* through a temporary of the graph's own: launches
+                                   on two streams at once both write it, and tracking orders them */
     devrt_block tmp = 0;
     OK(devrt_block_alloc(rt, N * 4, S[t], "graph tmp", &tmp));
     OK(k_copy(rt, &K, S[t], tmp, x->in, N, 0, true));
@@ -72,8 +59,8 @@ static void capture(int t, gset* x, uint32_t id, uint64_t* r) {
   }
   /* at times the flag is filled on a fork stream joined by an event, then joined back; another
    * thread's fork may hold that stream (the join is refused: no fork) */
-  devrt_stream fk = X[next(r) % 2];
-  devrt_status st = next(r) % 2 ? devrt_event_record(rt, E[t][0], S[t]) : DEVRT_ERR_INVALID_STATE;
+  devrt_stream fk = X[t_rand(r) % 2];
+  devrt_status st = t_rand(r) % 2 ? devrt_event_record(rt, E[t][0], S[t]) : DEVRT_ERR_INVALID_STATE;
   if (st == DEVRT_OK && (st = devrt_stream_wait_event(rt, fk, E[t][0])) == DEVRT_OK) {
     OK(k_fill(rt, &K, fk, x->flag, id, N, 0, true));
     OK(devrt_event_record(rt, E[t][1], fk));
@@ -117,9 +104,10 @@ static void work(int t) {
   capture(t, &x, id, &r);
   uint32_t* h = malloc(N * 4);
   for (int i = 0; i < rounds && !atomic_load(&failed); i++) {
-    devrt_stream sp = S[next(&r) % THREADS], sg = S[next(&r) % THREADS], sr = S[next(&r) % THREADS];
+    devrt_stream sp = S[t_rand(&r) % THREADS], sg = S[t_rand(&r) % THREADS],
+                 sr = S[t_rand(&r) % THREADS];
     uint32_t v = (uint32_t)i + 1;
-    uint64_t slow = next(&r) % 4 == 0 ? 2 * MS : 0;
+    uint64_t slow = t_rand(&r) % 4 == 0 ? 2 * MS : 0;
     /* another thread may capture sp, sg or sr now: then the call is refused, and retried on
      * this thread's own stream, which only it captures */
     devrt_status st = k_fill(rt, &K, sp, x.in, v, N, slow, true);
@@ -129,7 +117,7 @@ static void work(int t) {
     if ((st = devrt_graph_launch(x.g, sg)) == DEVRT_ERR_INVALID_STATE)
       atomic_fetch_add(&refused, 1), st = devrt_graph_launch(x.g, sg = S[t]);
     OK(st);
-    if (next(&r) % 8 == 0) { /* freed at once after a launch, then captured anew */
+    if (t_rand(&r) % 8 == 0) { /* freed at once after a launch, then captured anew */
       devrt_graph* old = x.g;
       x.g = NULL;
       OK(devrt_block_free(rt, x.out)); /* waits for the launch */

@@ -24,20 +24,7 @@ static devrt_stream S[THREADS + SHARED]; /* the threads' own, then shared ones *
 static int rounds;
 static _Atomic uint64_t corrupt, failed, refused, parked_first, captures;
 
-static uint64_t next(uint64_t* s) { /* xorshift64 */
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  return *s;
-}
-
-#define OK(expr)                                                                 \
-  do {                                                                           \
-    devrt_status s_ = (expr);                                                    \
-    if (s_ != DEVRT_OK) {                                                        \
-      fprintf(stderr, "line %d: %s: %s\n", __LINE__, #expr, devrt_last_error()); \
-      atomic_fetch_add(&failed, 1);                                              \
-      return;                                                                    \
-    }                                                                            \
-  } while (0)
+#define OK(expr) T_STRESS_OK(failed, expr)
 
 typedef struct chain {
   int t;
@@ -88,7 +75,7 @@ static void capture(chain* c) {
   c->g = NULL;
   OK(devrt_capture_begin(rt, s));
   sched_yield(); /* let the others try s */
-  if (next(&c->r) % 2) {
+  if (t_rand(&c->r) % 2) {
     devrt_block tmp = 0;
     OK(submit(c, (devrt_submission){
                      .stream = s, .kind = DEVRT_WORK_ALLOC, .alloc = {N * 4, "tmp", &tmp}}));
@@ -114,24 +101,24 @@ static uint64_t wrong(chain* c, devrt_block b, uint32_t v, uint32_t* h) {
 static void round_of(chain* c, int i, uint32_t* h) {
   uint64_t v = c->v;
   uint32_t val = (uint32_t)c->t << 24 | (uint32_t)i;
-  bool gated = next(&c->r) % 4 == 0; /* the fill waits for a host signal of v + 1 */
+  bool gated = t_rand(&c->r) % 4 == 0; /* the fill waits for a host signal of v + 1 */
   uint64_t base = v + gated;
   devrt_semaphore_value w[3] = {{c->sem, base}, {c->sem, base + 1}, {c->sem, base + 2}},
                         g[3] = {{c->sem, base + 1}, {c->sem, base + 2}, {c->sem, base + 3}};
   unsigned order[3] = {0, 1, 2};
   for (unsigned k = 3; k > 1; k--) { /* a random order of the three steps */
-    unsigned j = (unsigned)(next(&c->r) % k), x = order[k - 1];
+    unsigned j = (unsigned)(t_rand(&c->r) % k), x = order[k - 1];
     order[k - 1] = order[j], order[j] = x;
   }
   atomic_fetch_add(&parked_first, order[0] != 0);
   for (unsigned k = 0; k < 3; k++) {
     /* work parked on another thread's own stream could be released while that thread captures
      * it, and fail: only a fill submitted first with its wait met (issued at once) goes there */
-    unsigned pick = (unsigned)(next(&c->r) % (SHARED + 2));
+    unsigned pick = (unsigned)(t_rand(&c->r) % (SHARED + 2));
     devrt_stream s = pick < SHARED ? S[THREADS + pick] : pick == SHARED ? S[c->t] : 0;
-    if (k == 0 && order[0] == 0 && !gated && next(&c->r) % 2) s = S[next(&c->r) % THREADS];
-    uint64_t slow = next(&c->r) % 4 == 0 ? 500000 : 0;
-    bool tracked = next(&c->r) % 2;
+    if (k == 0 && order[0] == 0 && !gated && t_rand(&c->r) % 2) s = S[t_rand(&c->r) % THREADS];
+    uint64_t slow = t_rand(&c->r) % 4 == 0 ? 500000 : 0;
+    bool tracked = t_rand(&c->r) % 2;
     switch (order[k]) {
       case 0:
         OK(kern(c, s, w, 1, g, 1, c->in, 0, val, slow, tracked));
@@ -170,7 +157,7 @@ static void* thread_main(void* p) {
   if (devrt_semaphore_create(rt, 0, &c.sem) != DEVRT_OK) atomic_fetch_add(&failed, 1);
   if (!atomic_load(&failed)) capture(&c);
   for (int i = 0; i < rounds && c.g && !atomic_load(&failed); i++) {
-    if (next(&c.r) % 8 == 0) capture(&c);
+    if (t_rand(&c.r) % 8 == 0) capture(&c);
     if (c.g) round_of(&c, i, h);
   }
   if (c.sem) devrt_semaphore_destroy(c.sem); /* after a failure: cancels what is parked */

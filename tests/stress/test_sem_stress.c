@@ -27,11 +27,6 @@ static uint64_t finals[NS];
 static atomic_uint g_checks, g_bad, g_calls, g_outcome[3]; /* waits: OK, TIMEOUT, ABORTED */
 static unsigned g_seed;
 
-static uint64_t rnd(uint64_t* x) { /* xorshift64 */
-  *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
-  return *x;
-}
-
 static uint64_t cur(devrt_semaphore* s) {
   uint64_t v = 0;
   devrt_semaphore_query(s, &v); /* F: the value before its failure */
@@ -39,7 +34,7 @@ static uint64_t cur(devrt_semaphore* s) {
 }
 
 static void pause_a_little(uint64_t* r) {
-  uint64_t k = rnd(r) % 16;
+  uint64_t k = t_rand(r) % 16;
   if (k == 0)
     t_sleep_ms(1);
   else if (k < 4)
@@ -61,9 +56,9 @@ static void pause_a_little(uint64_t* r) {
 static void* host_signaller(void* p) {
   unsigned j = (unsigned)(uintptr_t)p;
   uint64_t r = g_seed * 977u + j + 1, v = 0;
-  uint64_t fail_at = j == F_SEM ? 1 + rnd(&r) % FINAL_H : UINT64_MAX;
+  uint64_t fail_at = j == F_SEM ? 1 + t_rand(&r) % FINAL_H : UINT64_MAX;
   while (v < finals[j] && v < fail_at) {
-    v += 1 + rnd(&r) % 3;
+    v += 1 + t_rand(&r) % 3;
     if (v > finals[j]) v = finals[j];
     devrt_status st = devrt_semaphore_signal(sems[j], v);
     EXPECT(st == DEVRT_OK, "signal %u to %llu: %s", j, (unsigned long long)v, devrt_last_error());
@@ -86,13 +81,14 @@ static void* submitter(void* p) {
   unsigned k = (unsigned)(uintptr_t)p, d = NH + k;
   uint64_t r = g_seed * 131u + k + 7;
   for (uint64_t i = 1; i <= FINAL_D; i++) {
-    unsigned h = (unsigned)(rnd(&r) % NH);
-    uint64_t hv = cur(sems[h]) + rnd(&r) % 24;
+    unsigned h = (unsigned)(t_rand(&r) % NH);
+    uint64_t hv = cur(sems[h]) + t_rand(&r) % 24;
     devrt_semaphore_value w[3] = {{sems[h], hv < FINAL_H ? hv : FINAL_H}}, s = {sems[d], i};
     unsigned nw = 1;
-    if (k > 0 && rnd(&r) % 3 == 0) w[nw++] = (devrt_semaphore_value){sems[NH], rnd(&r) % FINAL_D};
-    if (rnd(&r) % 4 == 0) w[nw++] = (devrt_semaphore_value){sems[d], rnd(&r) % i};
-    bool call = rnd(&r) % 8 == 0;
+    if (k > 0 && t_rand(&r) % 3 == 0)
+      w[nw++] = (devrt_semaphore_value){sems[NH], t_rand(&r) % FINAL_D};
+    if (t_rand(&r) % 4 == 0) w[nw++] = (devrt_semaphore_value){sems[d], t_rand(&r) % i};
+    bool call = t_rand(&r) % 8 == 0;
     devrt_submission sub = {.waits = w,
                             .nwaits = nw,
                             .signals = &s,
@@ -109,7 +105,7 @@ static void* submitter(void* p) {
 /* One wait on n distinct random semaphores: OK only once reached, TIMEOUT only when finite,
  * ABORTED only with F in the list and failed. */
 static void one_wait(uint64_t* r) {
-  unsigned n = rnd(r) % 3 == 0 ? 2 + (unsigned)(rnd(r) % 2) : 1, idx = ~0u;
+  unsigned n = t_rand(r) % 3 == 0 ? 2 + (unsigned)(t_rand(r) % 2) : 1, idx = ~0u;
   devrt_semaphore* s[3];
   uint64_t v[3];
   bool has_f = false;
@@ -117,15 +113,15 @@ static void one_wait(uint64_t* r) {
     unsigned j;
     bool dup;
     do {
-      j = (unsigned)(rnd(r) % NS), dup = false;
+      j = (unsigned)(t_rand(r) % NS), dup = false;
       for (unsigned m = 0; m < i; m++) dup |= s[m] == sems[j];
     } while (dup);
     s[i] = sems[j], has_f |= j == F_SEM;
-    v[i] = cur(sems[j]) + rnd(r) % 32;
+    v[i] = cur(sems[j]) + t_rand(r) % 32;
     if (v[i] > finals[j]) v[i] = finals[j];
   }
-  uint64_t t = rnd(r) % 4, timeout = t == 0 ? 0 : t == 1 ? rnd(r) % 300000 : INF;
-  devrt_wait_mode mode = rnd(r) % 2 ? DEVRT_WAIT_ALL : DEVRT_WAIT_ANY;
+  uint64_t t = t_rand(r) % 4, timeout = t == 0 ? 0 : t == 1 ? t_rand(r) % 300000 : INF;
+  devrt_wait_mode mode = t_rand(r) % 2 ? DEVRT_WAIT_ALL : DEVRT_WAIT_ANY;
   devrt_status st = n == 1 ? devrt_semaphore_wait(s[0], v[0], timeout)
                            : devrt_semaphores_wait(n, s, v, mode, timeout, &idx);
   atomic_fetch_add(&g_outcome[st == DEVRT_OK ? 0 : st == DEVRT_ERR_TIMEOUT ? 1 : 2], 1);

@@ -42,11 +42,6 @@ typedef struct ctx {
   } while (0)
 #define EXPECT_OK(errs, expr) EXPECT(errs, (expr) == DEVRT_OK)
 
-static uint64_t rnd(uint64_t* x) { /* xorshift64 */
-  *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
-  return *x;
-}
-
 static devrt_memory_stats get(devrt_resource* S, const char* tag, int* errs) {
   devrt_memory_stats st = {{0}, {0}};
   EXPECT_OK(errs, devrt_statistics_get(S, tag, &st));
@@ -252,7 +247,7 @@ static void* random_work(void* arg) {
   int n = 0;
   int64_t held[5][2] = {{0}};
   for (int op = 0; op < RANDOM_OPS; op++) {
-    uint64_t r = rnd(&x);
+    uint64_t r = t_rand(&x);
     if (r % 97 == 0) { /* a reader among the writers */
       check_bounds(get(a->c->S, NULL, &a->errs), &a->errs);
       check_bounds(get(a->c->S, rand_tags[r % 4], &a->errs), &a->errs);
@@ -337,7 +332,7 @@ static void* tag_work(void* arg) {
   EXPECT_OK(&a->errs, devrt_stream_acquire(a->c->rt, DEVRT_ACQUIRE_WAIT, &s));
   int base = a->i * (TEXTS / 2) / T; /* thread i draws from [base, base + TEXTS/2): overlapping */
   for (int op = 0; op < TAG_OPS; op++) {
-    uint64_t r = rnd(&x);
+    uint64_t r = t_rand(&x);
     int t = base + (int)(r % (TEXTS / 2));
     size_t size = 1 + (size_t)(r >> 32) % 1000;
     void* p;
