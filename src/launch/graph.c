@@ -194,11 +194,14 @@ devrt_status devrt_graph_destroy(devrt_graph* g) {
 }
 
 /* The submission queue's check and launch of a graph (launch.h). */
-devrt_status dv_graph_issue(devrt_runtime* rt, devrt_graph* g, devrt_stream id, dv_stream* s,
-                            dv_pev** ev) {
+devrt_status dv_graph_check(devrt_runtime* rt, devrt_graph* g) {
   DV_ARG_CHECK(graph_ok(g), "devrt_queue_submit", "graph %p is NULL or destroyed", (void*)g);
   DV_ARG_CHECK(g->rt == rt, "devrt_queue_submit", "graph %p belongs to another runtime", (void*)g);
-  if (!s) return DEVRT_OK;
+  return DEVRT_OK;
+}
+devrt_status dv_graph_issue(devrt_runtime* rt, devrt_graph* g, devrt_stream id, dv_stream* s,
+                            dv_pev** ev) {
+  DV_CHECK(dv_graph_check(rt, g));
   devrt_launch_desc d = {.stream = id, .uses = g->u, .nuses = g->n};
   devrt_status st = dv_launch_issue(rt, &d, id, s, g->exec, ev); /* as devrt_graph_launch */
   if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);

@@ -20,8 +20,10 @@ void dv_launch_args_copy(const devrt_launch_desc* d, void** ptrs, unsigned char*
  * with no uses, and *ev gets a reference to it. */
 devrt_status dv_launch_issue(devrt_runtime* rt, const devrt_launch_desc* d, devrt_stream id,
                              dv_stream* s, dv_graph* graph, dv_pev** ev);
-/* Checks that g is a live graph of rt (INVALID_ARGUMENT otherwise); with s non-NULL, then launches
- * it on held stream id as devrt_graph_launch does, ev as dv_launch_issue's (src/launch/graph.c). */
+/* INVALID_ARGUMENT unless g is a live graph of rt (src/launch/graph.c). */
+devrt_status dv_graph_check(devrt_runtime* rt, devrt_graph* g);
+/* Checks g as dv_graph_check, then launches it on held stream id (s its backend stream) as
+ * devrt_graph_launch does; ev as dv_launch_issue's. */
 devrt_status dv_graph_issue(devrt_runtime* rt, devrt_graph* g, devrt_stream id, dv_stream* s,
                             dv_pev** ev);
 

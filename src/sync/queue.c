@@ -356,7 +356,7 @@ static devrt_status validate(devrt_runtime* rt, const devrt_submission* sub, uns
     case DEVRT_WORK_FREE:
       return dv_block_check(rt, sub->block, "devrt_queue_submit");
     case DEVRT_WORK_GRAPH: /* its blocks are checked when it is issued */
-      return dv_graph_issue(rt, sub->graph, 0, NULL, NULL);
+      return dv_graph_check(rt, sub->graph);
     default:
       return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                      "devrt_queue_submit: work kind %d is not a devrt_work_kind", (int)sub->kind);
