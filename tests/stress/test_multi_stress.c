@@ -145,6 +145,10 @@ int main(void) {
   CHECK(atomic_load(&corrupt) == 0 && atomic_load(&failed) == 0);
   for (int d = 0; d < 2; d++) {
     devrt_queue_stats q = m_qstats(D[d].rt);
+    printf("device %d: %llu submitted, %llu inline, %llu dispatched, %llu failed, %llu host hops\n",
+           d, (unsigned long long)q.submitted, (unsigned long long)q.issued_inline,
+           (unsigned long long)q.issued_by_dispatch, (unsigned long long)q.failed,
+           (unsigned long long)q.host_hops);
     CHECK(q.host_hops == 0 && q.failed == 0);
   }
   for (int t = 0; t < THREADS; t++)
