@@ -19,8 +19,9 @@ static _Atomic uint64_t corrupt, failed;
 
 typedef struct targ {
   int t;
-  devrt_stream s[2][2];    /* per device: the producer's and the consumer's stream */
-  devrt_semaphore* sem[2]; /* per device: the producer's (written) and consumer's (read) signals */
+  devrt_stream s[2][2];     /* per device: the producer's and the consumer's stream */
+  devrt_semaphore* sem[2];  /* per device: the producer's (written) and consumer's (read) signals */
+  devrt_semaphore* over[2]; /* per device: the producer's overwrites done (its frees wait) */
 } targ;
 
 static devrt_status copy_desc(mdev* C, devrt_runtime* pr, devrt_block x, devrt_block y,
@@ -39,7 +40,10 @@ static devrt_status copy_desc(mdev* C, devrt_runtime* pr, devrt_block x, devrt_b
 }
 
 /* One queued round: the consumer's copy waits for the producer's signal (submitted after it, or
- * before), then the producer's overwrite and free wait for the consumer's. */
+ * before), then the producer's overwrite waits for the consumer's, and the free for the
+ * overwrite. Submissions are ordered by their semaphores alone: a free waiting for the consumer
+ * too could be issued before the overwrite (which then finds its block freed), and an overwrite
+ * could signal its timeline past the previous round's, so each waits for the previous one's. */
 static devrt_status queued_round(targ* a, int r, int pd, devrt_block x, devrt_block y, uint32_t v,
                                  uint64_t slow) {
   int cd = pd ^ 1;
@@ -47,7 +51,10 @@ static devrt_status queued_round(targ* a, int r, int pd, devrt_block x, devrt_bl
   uint64_t val = (uint64_t)r + 1, nd[2] = {N, slow};
   void *args[4], *ptrs[2];
   devrt_block_use u[2];
-  devrt_semaphore_value made = {a->sem[pd], val}, read = {a->sem[cd], val};
+  devrt_semaphore_value made = {a->sem[pd], val}, read = {a->sem[cd], val},
+                        over_done = {a->over[pd], val};
+  /* a thread's queued rounds are every other round, all on one producer device */
+  devrt_semaphore_value over_waits[2] = {read, {a->over[pd], val - 2}};
   devrt_submission b = {.stream = a->s[pd][0], .signals = &made, .nsignals = 1};
   devrt_submission c = {.stream = a->s[cd][1],
                         .waits = &made,
@@ -62,8 +69,10 @@ static devrt_status queued_round(targ* a, int r, int pd, devrt_block x, devrt_bl
   void* fargs[] = {&xp, &nv, &n, &z};
   devrt_block_use fu = {x, DEVRT_ACCESS_WRITE};
   devrt_submission over = {.stream = a->s[pd][0],
-                           .waits = &read,
-                           .nwaits = 1,
+                           .waits = over_waits,
+                           .nwaits = 2,
+                           .signals = &over_done,
+                           .nsignals = 1,
                            .kind = DEVRT_WORK_LAUNCH,
                            .launch = {.kernel = P->k.fill,
                                       .grid = {N / 256},
@@ -72,7 +81,7 @@ static devrt_status queued_round(targ* a, int r, int pd, devrt_block x, devrt_bl
                                       .uses = &fu,
                                       .nuses = 1}};
   devrt_submission fr = {
-      .stream = a->s[pd][0], .waits = &read, .nwaits = 1, .kind = DEVRT_WORK_FREE, .block = x};
+      .stream = a->s[pd][0], .waits = &over_done, .nwaits = 1, .kind = DEVRT_WORK_FREE, .block = x};
   devrt_status st = r % 4 == 1 ? devrt_queue_submit(C->rt, &c) : devrt_queue_submit(P->rt, &b);
   if (!st) st = r % 4 == 1 ? devrt_queue_submit(P->rt, &b) : devrt_queue_submit(C->rt, &c);
   if (!st) st = devrt_queue_submit(P->rt, &over);
@@ -136,6 +145,7 @@ int main(void) {
       a[t].s[d][0] = s_get(D[d].rt);
       a[t].s[d][1] = s_get(D[d].rt);
       REQUIRE_OK(devrt_semaphore_create(D[d].rt, 0, &a[t].sem[d]));
+      REQUIRE_OK(devrt_semaphore_create(D[d].rt, 0, &a[t].over[d]));
     }
   }
   for (int t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, thread_main, &a[t]);
@@ -158,6 +168,7 @@ int main(void) {
       CHECK_OK(devrt_stream_release(D[d].rt, a[t].s[d][0]));
       CHECK_OK(devrt_stream_release(D[d].rt, a[t].s[d][1]));
       CHECK_OK(devrt_semaphore_destroy(a[t].sem[d]));
+      CHECK_OK(devrt_semaphore_destroy(a[t].over[d]));
     }
   CHECK_OK(devrt_peer_disable(D[0].rt, D[1].rt));
   m_close(&D[0]);
