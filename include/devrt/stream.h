@@ -17,7 +17,8 @@ typedef uint64_t devrt_stream; /* 0 is never a valid stream */
 typedef enum devrt_acquire_mode {
   DEVRT_ACQUIRE_FAIL = 0, /* none free: OUT_OF_RESOURCES */
   DEVRT_ACQUIRE_WAIT,     /* none free: block until one is released */
-  DEVRT_ACQUIRE_SHARE,    /* none free: share a stream in use (round-robin); each holder releases */
+  DEVRT_ACQUIRE_SHARE,    /* none free: share a stream in use (round-robin, passing over streams
+                             a thread captures unless all do); each holder releases */
 } devrt_acquire_mode;
 
 /* Takes a stream from the pool (a released one first, else a new one up to the pool size).
@@ -25,7 +26,9 @@ typedef enum devrt_acquire_mode {
 devrt_status devrt_stream_acquire(devrt_runtime* rt, devrt_acquire_mode mode, devrt_stream* out);
 
 /* Gives the stream back; its queued work keeps running and the next holder's work is ordered
- * after it (same stream). The id is dead afterwards. Thread-safe. */
+ * after it (same stream). The id is dead afterwards. INVALID_STATE while a thread captures it
+ * (graph.h), but for a share another holder keeps (a share taken before the capture began, given
+ * back by another thread). Thread-safe. */
 devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream stream);
 
 /* Blocks until all work queued on the stream has completed. Thread-safe. */

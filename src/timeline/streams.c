@@ -252,9 +252,17 @@ devrt_status dv_pool_acquire(devrt_runtime* rt, dv_pool* p, devrt_acquire_mode m
   if (p->free_head >= 0) {
     s = lease(rt, p, p->free_head, out);
   } else if (mode == DEVRT_ACQUIRE_SHARE) {
-    dv_slot* sl = &rt->slots[p->slots[p->share_next]]; /* every slot is held: share round-robin */
+    /* every slot is held: share round-robin, passing over slots a thread captures (every call of
+     * another thread on one is refused) unless all do. Relaxed: a capture that begins after the
+     * look refuses this holder as it would any other. */
+    unsigned k = 0;
+    while (k + 1 < p->n &&
+           atomic_load_explicit(&rt->slots[p->slots[(p->share_next + k) % p->n]].cap_owner,
+                                memory_order_relaxed))
+      k++;
+    dv_slot* sl = &rt->slots[p->slots[(p->share_next + k) % p->n]];
     DV_ASSERT(sl->holders > 0 && p->in_use == p->n);
-    p->share_next = (p->share_next + 1) % p->n;
+    p->share_next = (p->share_next + k + 1) % p->n;
     sl->holders++;
     *out = atomic_load_explicit(&sl->id, memory_order_relaxed);
   } else {
@@ -298,6 +306,16 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   dv_stream* unused = NULL;
   pthread_mutex_lock(&rt->pool_mu);
   devrt_status s = dv_stream_get(rt, id, &unused, "devrt_stream_release");
+  dv_slot* held = dv_stream_held(rt, id) ? &rt->slots[DV_SID_SLOT(id)] : NULL;
+  /* a share of a stream another thread captures goes (a pool share taken before the capture
+   * began: the capture keeps the stream, held by another holder); the last holder stays refused */
+  if (s == DEVRT_ERR_INVALID_STATE && held && held->holders > 1 &&
+      atomic_load_explicit(&held->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me) {
+    dv_error_clear();
+    held->holders--;
+    pthread_mutex_unlock(&rt->pool_mu);
+    return DEVRT_OK;
+  }
   if (s == DEVRT_OK && rt->slots[DV_SID_SLOT(id)].foreign)
     s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
                 "devrt_stream_release: stream %#" PRIx64 " was imported (devrt_stream_forget it)",

@@ -280,7 +280,61 @@ static void bad_inputs(void) {
   CHECK_OK(devrt_graph_destroy(g));
 }
 
+typedef struct share_arg {
+  devrt_runtime* r;
+  devrt_stream s;
+} share_arg;
+static void* release_share(void* p) { /* another thread's share of a capturing stream goes */
+  share_arg* a = p;
+  CHECK_OK(devrt_stream_release(a->r, a->s));
+  return NULL;
+}
+
+/* A full pool's shares (stream 0's launches, DEVRT_ACQUIRE_SHARE) pass over a capturing stream,
+ * so a stream-0 launch is never refused because another holder captures; a share taken before
+ * the capture began is released during it (the capture's holder keeps the stream). */
+static void shared_pool(void) {
+  devrt_config cfg;
+  REQUIRE_OK(devrt_config_init(&cfg));
+  cfg.stream_pool_size = 2;
+  devrt_runtime* r = t_runtime_cfg(&cfg);
+  kernels k;
+  k_load(r, &k);
+  devrt_stream a, b, s;
+  REQUIRE_OK(devrt_stream_acquire(r, DEVRT_ACQUIRE_FAIL, &a));
+  REQUIRE_OK(devrt_stream_acquire(r, DEVRT_ACQUIRE_FAIL, &b));
+  devrt_block x = 0;
+  REQUIRE_OK(devrt_block_alloc(r, 1024, b, "shared", &x));
+  CHECK_OK(devrt_stream_synchronize(r, b));
+  devrt_stream early;
+  REQUIRE_OK(devrt_stream_acquire(r, DEVRT_ACQUIRE_SHARE, &early));
+  CHECK(early == a);
+  REQUIRE_OK(devrt_capture_begin(r, a));
+  CHECK_STATUS(devrt_stream_release(r, a), DEVRT_ERR_INVALID_STATE); /* the capturing thread's */
+  pthread_t th;
+  pthread_create(&th, NULL, release_share, &(share_arg){r, early});
+  pthread_join(th, NULL);
+  for (int i = 0; i < 4; i++) { /* each share is b's */
+    CHECK_OK(devrt_stream_acquire(r, DEVRT_ACQUIRE_SHARE, &s));
+    CHECK(s == b);
+    CHECK_OK(devrt_stream_release(r, s));
+  }
+  for (int i = 0; i < 4; i++) CHECK_OK(k_fill(r, &k, 0, x, 7, 256, 0, true)); /* stream 0 */
+  devrt_graph* g = NULL;
+  CHECK_OK(devrt_capture_end(r, a, &g));
+  CHECK(b_word(r, b, x) == 7);
+  CHECK_OK(devrt_graph_destroy(g));
+  CHECK_OK(devrt_block_free(r, x));
+  CHECK_OK(devrt_stream_synchronize(r, b));
+  CHECK_OK(devrt_stream_release(r, a));
+  CHECK_OK(devrt_stream_release(r, b));
+  CHECK_OK(devrt_reap_pending(r, DEVRT_REAP_WAIT, NULL));
+  CHECK_OK(devrt_module_unload(r, k.mod));
+  CHECK_OK(devrt_runtime_destroy(r));
+}
+
 int main(void) {
+  shared_pool();
   rt = t_runtime();
   k_load(rt, &K);
   for (int i = 0; i < 4; i++) S[i] = s_get(rt);
