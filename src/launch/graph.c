@@ -64,7 +64,7 @@ devrt_status devrt_capture_end(devrt_runtime* rt, devrt_stream stream, devrt_gra
   DV_ARG_CHECK(out, "devrt_capture_end", "out is NULL");
   if (!dv_stream_held(rt, stream)) return dv_stream_refused(rt, stream, "devrt_capture_end");
   dv_slot* sl = &rt->slots[DV_SID_SLOT(stream)];
-  if (atomic_load_explicit(&sl->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me)
+  if (!dv_capture_mine(sl))
     return dv_fail(DEVRT_ERR_INVALID_STATE,
                    "devrt_capture_end: stream %#" PRIx64 " is not capturing on this thread",
                    stream);
@@ -152,18 +152,23 @@ static bool graph_ok(devrt_graph* g) { /* acquire: pairs with the end's release 
   return g && atomic_load_explicit(&g->magic, memory_order_acquire) == GRAPH_MAGIC;
 }
 
+/* One recorded launch of g on held stream id (s its backend stream) over the union of the
+ * captured uses: waits, the repeat and group paths, the mark, as devrt_launch has them; ev as
+ * dv_launch_issue's. */
+static devrt_status launch(devrt_graph* g, devrt_stream id, dv_stream* s, dv_pev** ev) {
+  devrt_launch_desc d = {.stream = id, .uses = g->u, .nuses = g->n};
+  devrt_status st = dv_launch_issue(g->rt, &d, id, s, g->exec, ev);
+  if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
+  return st;
+}
+
 devrt_status devrt_graph_launch(devrt_graph* g, devrt_stream stream) {
   dv_error_clear();
   DV_ARG_CHECK(graph_ok(g), "devrt_graph_launch", "graph %p is NULL or destroyed", (void*)g);
   devrt_runtime* rt = g->rt;
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(rt, stream, &s, "devrt_graph_launch"));
-  /* one recorded launch over the union of the captured uses: waits, the repeat and group paths,
-   * the mark, as devrt_launch has them */
-  devrt_launch_desc d = {.stream = stream, .uses = g->u, .nuses = g->n};
-  devrt_status st = dv_launch_issue(rt, &d, stream, s, g->exec, NULL);
-  if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
-  return st;
+  return launch(g, stream, s, NULL);
 }
 
 devrt_status devrt_graph_info_get(devrt_graph* g, devrt_graph_info* out) {
@@ -202,8 +207,5 @@ devrt_status dv_graph_check(devrt_runtime* rt, devrt_graph* g) {
 devrt_status dv_graph_issue(devrt_runtime* rt, devrt_graph* g, devrt_stream id, dv_stream* s,
                             dv_pev** ev) {
   DV_CHECK(dv_graph_check(rt, g));
-  devrt_launch_desc d = {.stream = id, .uses = g->u, .nuses = g->n};
-  devrt_status st = dv_launch_issue(rt, &d, id, s, g->exec, ev); /* as devrt_graph_launch */
-  if (st == DEVRT_OK) atomic_fetch_add_explicit(&g->launches, 1, memory_order_relaxed);
-  return st;
+  return launch(g, id, s, ev);
 }

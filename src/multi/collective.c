@@ -778,8 +778,7 @@ static DV_NOINLINE devrt_status record(cop** ops, unsigned n) {
     cop* o = ops[i];
     dv_slot* sl = &o->c->rt->slots[DV_SID_SLOT(o->stream)];
     /* a group's calls are recorded at its end: each capture must still be the one it named */
-    if (!o->cap || sl->cap != o->cap ||
-        atomic_load_explicit(&sl->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me)
+    if (!o->cap || sl->cap != o->cap || !dv_capture_mine(sl))
       return dv_fail(DEVRT_ERR_INVALID_STATE,
                      "%s: a group's calls must all be recorded in captures still running at "
                      "devrt_group_end, or none (stream %#" PRIx64 ")",

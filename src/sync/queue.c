@@ -403,14 +403,6 @@ static dv_action* build(devrt_runtime* rt, const devrt_submission* sub, unsigned
   return a;
 }
 
-/* Whether the calling thread captures held stream id (relaxed: as dv_stream_get's load; only
- * this thread stores its own token there). */
-static bool captured_here(devrt_runtime* rt, devrt_stream id) {
-  return dv_stream_held(rt, id) &&
-         atomic_load_explicit(&rt->slots[DV_SID_SLOT(id)].cap_owner, memory_order_relaxed) ==
-             (uintptr_t)&dv_thread_me;
-}
-
 static DV_COLD devrt_status not_recorded(const devrt_submission* sub, const char* why) {
   return dv_fail(DEVRT_ERR_INVALID_STATE,
                  "devrt_queue_submit: stream %#" PRIx64
@@ -452,7 +444,8 @@ devrt_status devrt_queue_submit(devrt_runtime* rt, const devrt_submission* sub) 
   unsigned nargs = 0;
   size_t argbytes = 0;
   devrt_block blk = 0;
-  if (sub && captured_here(rt, sub->stream)) { /* recorded, not queued */
+  if (sub && dv_stream_held(rt, sub->stream) &&
+      dv_capture_mine(&rt->slots[DV_SID_SLOT(sub->stream)])) { /* recorded, not queued */
     devrt_status st = record(rt, sub);
     if (st == DEVRT_OK)
       STAT(q, submitted);

@@ -137,6 +137,11 @@ static inline bool dv_capture_claim(dv_slot* sl) {
 static inline void dv_capture_unclaim(dv_slot* sl) {
   atomic_store_explicit(&sl->cap_owner, 0, memory_order_release);
 }
+/* Whether the calling thread captures slot sl. Relaxed: only this thread stores its own token
+ * there, and another thread's store only tells it that it does not. */
+static inline bool dv_capture_mine(dv_slot* sl) {
+  return atomic_load_explicit(&sl->cap_owner, memory_order_relaxed) == (uintptr_t)&dv_thread_me;
+}
 /* dv_stream_get for the calls a capture records (launches, foreign work, copies): on the
  * capturing thread, *cap is the slot's capture and *out its own stream; NULL and the slot's
  * stream when the slot does not capture. */

@@ -309,8 +309,7 @@ devrt_status devrt_stream_release(devrt_runtime* rt, devrt_stream id) {
   dv_slot* held = dv_stream_held(rt, id) ? &rt->slots[DV_SID_SLOT(id)] : NULL;
   /* a share of a stream another thread captures goes (a pool share taken before the capture
    * began: the capture keeps the stream, held by another holder); the last holder stays refused */
-  if (s == DEVRT_ERR_INVALID_STATE && held && held->holders > 1 &&
-      atomic_load_explicit(&held->cap_owner, memory_order_relaxed) != (uintptr_t)&dv_thread_me) {
+  if (s == DEVRT_ERR_INVALID_STATE && held && held->holders > 1 && !dv_capture_mine(held)) {
     dv_error_clear();
     held->holders--;
     pthread_mutex_unlock(&rt->pool_mu);
