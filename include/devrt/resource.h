@@ -109,8 +109,9 @@ devrt_resource* devrt_resource_upstream(const devrt_resource* r);
 /* ---- the runtime's stack ---- */
 
 /* The runtime's resource stack (borrowed: valid while rt lives), built on first use from the
- * config (DEVRT_BUDGET, DEVRT_CACHE, DEVRT_LOG, DEVRT_LOG_FORMAT): budget -> logging (if on) ->
- * statistics -> caching (if on) -> async. Thread-safe. */
+ * config (DEVRT_BUDGET, DEVRT_CACHE, DEVRT_ARENA, DEVRT_LOG, DEVRT_LOG_FORMAT): budget -> logging
+ * (if on) -> statistics -> caching (if on) -> async, or with DEVRT_ARENA=1 budget -> logging (if
+ * on) -> statistics -> arena. Thread-safe. */
 devrt_status devrt_runtime_resource(devrt_runtime* rt, devrt_resource** out);
 /* Installs the caller's stack instead (retained); INVALID_STATE once a stack is in use. */
 devrt_status devrt_runtime_set_resource(devrt_runtime* rt, devrt_resource* r);
@@ -125,6 +126,17 @@ devrt_status devrt_reap_pending(devrt_runtime* rt, unsigned flags, uint64_t* byt
 devrt_status devrt_async_resource_create(devrt_runtime* rt, devrt_resource** out);
 /* Leaf on synchronous cuMemAlloc / cuMemFree (the stream is only checked). */
 devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** out);
+/* Leaf on address ranges that grow page by page (cuMemAddressReserve, cuMemCreate, cuMemMap;
+ * PyTorch's expandable segments): each stream has a range for blocks of at most 1 MiB and one for
+ * larger blocks. A block is split from the smallest free one that fits (sizes rounded to 512
+ * bytes), merged with its free neighbours when freed, and a range maps new pages (2 MiB on
+ * Hopper) at its end, admitted against the budget, only when nothing free fits, so freed memory
+ * of any size serves any later size on that stream. A free on the allocating stream is reusable
+ * at once (stream order); one on another stream after an event recorded there completes
+ * (pending until an allocation or reap sees it). Trim unmaps the free pages at each range's end.
+ * Free memory is counted as cached. Peer devices are not given access to these ranges.
+ * UNSUPPORTED where the driver lacks virtual memory management. */
+devrt_status devrt_arena_resource_create(devrt_runtime* rt, devrt_resource** out);
 
 #define DEVRT_CACHING_MAX_CLASS ((uint64_t)64 << 20) /* the largest size class: 64 MiB */
 typedef struct devrt_caching_options {

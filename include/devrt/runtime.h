@@ -51,6 +51,8 @@ typedef struct devrt_config {
                                  stream_pool_size + this <= DEVRT_MAX_STREAMS */
   uint64_t cache_max_class;   /* DEVRT_CACHE_MAX_CLASS=bytes: the caching layer's max_class_bytes
                                  (resource.h; 0 or unset: 64 MiB) */
+  bool arena; /* DEVRT_ARENA=0|1: the arena leaf (resource.h) in place of caching -> async
+                 (default off) */
 } devrt_config;
 
 /* Fills *cfg with the defaults, then applies the DEVRT_* environment variables above. A

@@ -109,6 +109,20 @@ typedef struct dv_backend {
   devrt_status (*mem_free)(dv_dev* d, void* p);
   devrt_status (*memset_async)(dv_stream* s, void* p, int byte, size_t size);
   devrt_status (*memcpy_async)(dv_stream* s, void* dst, const void* src, size_t size);
+  /* Address ranges backed page by page (cuda: cuMemAddressReserve, then one cuMemCreate and
+   * cuMemMap a page; host: an mmap'd range whose pages are made accessible). va_page: the page in
+   * bytes, a power of two (cuda: the recommended granularity, 2 MiB on Hopper; host: 64 KiB).
+   * va_reserve: `size` (whole pages) bytes of addresses, nothing behind them; va_release gives
+   * them back (every page unmapped first). va_map: new memory behind [p, p + size), whole pages
+   * of a reserved range that are not mapped, read and write from d; on failure nothing of it
+   * stays mapped. va_unmap: gives back the memory of whole mapped pages (any run of them). The
+   * pages mapped now are part of pool_stats' used and reserved figures (the high-water marks
+   * add the pool's and the pages' own: a bound, exact when only one of the two is used). */
+  devrt_status (*va_page)(dv_dev* d, size_t* out);
+  devrt_status (*va_reserve)(dv_dev* d, size_t size, void** out);
+  void (*va_release)(dv_dev* d, void* p, size_t size);
+  devrt_status (*va_map)(dv_dev* d, void* p, size_t size);
+  devrt_status (*va_unmap)(dv_dev* d, void* p, size_t size);
 
   /* image NULL: devrt's embedded kernels (the fatbin on cuda, the host table on host) */
   devrt_status (*module_load)(dv_dev* d, const void* image, dv_module** out);

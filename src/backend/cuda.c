@@ -18,6 +18,8 @@ struct dv_dev {
   CUcontext ctx;
   CUmemoryPool pool;
   devrt_device_info info;
+  _Atomic size_t page;                  /* va_page's granularity; 0 until first asked */
+  _Atomic uint64_t mapped, mapped_high; /* va_map's bytes mapped now, and their high-water mark */
 };
 
 struct dv_green {
@@ -298,10 +300,23 @@ DV_HOT static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
   return DEVRT_OK;
 }
 
+/* The va_* pages' figures (pool_stats): relaxed. */
+static void mapped_add(dv_dev* d, uint64_t n) {
+  uint64_t now = atomic_fetch_add_explicit(&d->mapped, n, memory_order_relaxed) + n;
+  uint64_t high = atomic_load_explicit(&d->mapped_high, memory_order_relaxed);
+  while (high < now &&
+         !atomic_compare_exchange_weak_explicit(&d->mapped_high, &high, now, memory_order_relaxed,
+                                                memory_order_relaxed)) {}
+}
+
+/* Without a pool, the pool's figures are 0 and only the mapped pages count. */
 static devrt_status cu_pool_stats(dv_dev* d, devrt_pool_stats* out) {
-  if (!d->pool)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_stats: device %d has no memory pools",
-                   d->info.ordinal);
+  memset(out, 0, sizeof *out);
+  uint64_t mapped = atomic_load_explicit(&d->mapped, memory_order_relaxed);
+  uint64_t high = atomic_load_explicit(&d->mapped_high, memory_order_relaxed);
+  out->used_current = out->reserved_current = mapped;
+  out->used_high = out->reserved_high = high;
+  if (!d->pool) return DEVRT_OK;
   static const CUmemPool_attribute attrs[5] = {
       CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH,
       CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
@@ -312,7 +327,7 @@ static devrt_status cu_pool_stats(dv_dev* d, devrt_pool_stats* out) {
     cuuint64_t v = 0;
     CU(D->cuMemPoolGetAttribute(d->pool, attrs[i], &v), "cuMemPoolGetAttribute", "(attribute %d)",
        (int)attrs[i]);
-    *fields[i] = v;
+    *fields[i] += v;
   }
   return DEVRT_OK;
 }
@@ -326,9 +341,9 @@ static devrt_status cu_pool_trim(dv_dev* d, size_t keep) {
 }
 
 static devrt_status cu_pool_reset_high(dv_dev* d) {
-  if (!d->pool)
-    return dv_fail(DEVRT_ERR_UNSUPPORTED, "pool_reset_high: device %d has no memory pools",
-                   d->info.ordinal);
+  atomic_store_explicit(&d->mapped_high, atomic_load_explicit(&d->mapped, memory_order_relaxed),
+                        memory_order_relaxed); /* figures only */
+  if (!d->pool) return DEVRT_OK;
   cuuint64_t zero = 0;
   CU(D->cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero),
      "cuMemPoolSetAttribute", "(USED_MEM_HIGH)");
@@ -369,6 +384,112 @@ static devrt_status cu_memset_async(dv_stream* s, void* p, int byte, size_t size
 static devrt_status cu_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
   CU(D->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size, (CUstream)s),
      "cuMemcpyAsync", "(%p <- %p, %zu bytes)", dst, src, size);
+  return DEVRT_OK;
+}
+
+/* ---- address ranges backed page by page (VMM) ---- */
+
+static devrt_status cu_va_page(dv_dev* d, size_t* out) {
+  size_t page = atomic_load_explicit(&d->page, memory_order_relaxed); /* the driver's figure */
+  if (page) {
+    *out = page;
+    return DEVRT_OK;
+  }
+  if (!D->has_vmm || !attr(d, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
+    return dv_fail(DEVRT_ERR_UNSUPPORTED,
+                   "va_page: device %d or the driver (%d) lacks virtual memory management",
+                   d->info.ordinal, D->version);
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d->dev}};
+  CU(D->cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+     "cuMemGetAllocationGranularity", "(recommended, device %d)", d->info.ordinal);
+  atomic_store_explicit(&d->page, page, memory_order_relaxed);
+  *out = page;
+  return DEVRT_OK;
+}
+
+/* p and size whole pages of d (fills *page). */
+static devrt_status va_check(dv_dev* d, const void* p, size_t size, const char* who, size_t* page) {
+  DV_CHECK(cu_va_page(d, page));
+  if (!p || !size || size % *page || (uintptr_t)p % *page)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: %p, %zu bytes: not whole pages of %zu", who, p,
+                   size, *page);
+  return DEVRT_OK;
+}
+
+static devrt_status cu_va_reserve(dv_dev* d, size_t size, void** out) {
+  size_t page;
+  DV_CHECK(cu_va_page(d, &page));
+  if (!out || !size || size % page)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "va_reserve: %zu bytes: not whole pages of %zu",
+                   size, page);
+  CUdeviceptr p;
+  CU(D->cuMemAddressReserve(&p, size, page, 0, 0), "cuMemAddressReserve", "(%zu bytes, device %d)",
+     size, d->info.ordinal);
+  *out = (void*)(uintptr_t)p;
+  return DEVRT_OK;
+}
+
+static void cu_va_release(dv_dev* d, void* p, size_t size) {
+  (void)d;
+  D->cuMemAddressFree((CUdeviceptr)(uintptr_t)p, size);
+}
+
+static devrt_status cu_va_map(dv_dev* d, void* p, size_t size) {
+  size_t page, done = 0;
+  DV_CHECK(va_check(d, p, size, "va_map", &page));
+  if (DV_UNLIKELY(dv_fault_hit(&faults[DV_FAULT_ALLOC])))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "cuMemCreate: injected fault (%zu bytes)", size);
+  CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d->dev}};
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUdeviceptr base = (CUdeviceptr)(uintptr_t)p;
+  CUresult r = CUDA_SUCCESS;
+  const char* call = "cuMemSetAccess";
+  DV_CHECK(push(d, NULL));
+  for (; done < size; done += page) {
+    CUmemGenericAllocationHandle h;
+    if ((r = D->cuMemCreate(&h, page, &prop, 0)) != CUDA_SUCCESS) {
+      call = "cuMemCreate";
+      break;
+    }
+    r = D->cuMemMap(base + done, page, 0, h, 0);
+    D->cuMemRelease(h); /* the mapping keeps the memory */
+    if (r != CUDA_SUCCESS) {
+      call = "cuMemMap";
+      break;
+    }
+  }
+  if (r == CUDA_SUCCESS) r = D->cuMemSetAccess(base, size, &access, 1);
+  if (r != CUDA_SUCCESS)
+    for (size_t o = 0; o < done; o += page) D->cuMemUnmap(base + o, page);
+  pop();
+  if (r != CUDA_SUCCESS)
+    return dv_cu_fail(r, call, "(%zu bytes at %p, page %zu, device %d)", size, p, page,
+                      d->info.ordinal);
+  mapped_add(d, size);
+  return DEVRT_OK;
+}
+
+/* Page by page: each page is a mapping of its own. */
+static devrt_status cu_va_unmap(dv_dev* d, void* p, size_t size) {
+  size_t page, gone = 0;
+  DV_CHECK(va_check(d, p, size, "va_unmap", &page));
+  CUdeviceptr base = (CUdeviceptr)(uintptr_t)p;
+  CUresult first = CUDA_SUCCESS;
+  DV_CHECK(push(d, NULL));
+  for (size_t o = 0; o < size; o += page) {
+    CUresult r = D->cuMemUnmap(base + o, page);
+    if (r == CUDA_SUCCESS)
+      gone += page;
+    else if (first == CUDA_SUCCESS)
+      first = r;
+  }
+  pop();
+  atomic_fetch_sub_explicit(&d->mapped, gone, memory_order_relaxed); /* a figure */
+  if (first != CUDA_SUCCESS)
+    return dv_cu_fail(first, "cuMemUnmap", "(%zu bytes at %p, %zu unmapped, device %d)", size, p,
+                      gone, d->info.ordinal);
   return DEVRT_OK;
 }
 
@@ -740,6 +861,11 @@ const dv_backend dv_cuda_backend = {
     .mem_free = cu_mem_free,
     .memset_async = cu_memset_async,
     .memcpy_async = cu_memcpy_async,
+    .va_page = cu_va_page,
+    .va_reserve = cu_va_reserve,
+    .va_release = cu_va_release,
+    .va_map = cu_va_map,
+    .va_unmap = cu_va_unmap,
     .module_load = cu_module_load,
     .module_unload = cu_module_unload,
     .kernel_get = cu_kernel_get,

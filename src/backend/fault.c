@@ -46,6 +46,7 @@ bool dv_op_can_fail(dv_op op) {
     case DV_OP_device_leave:
     case DV_OP_graph_destroy:
     case DV_OP_capture_mode_swap:
+    case DV_OP_va_release:
       return false;
     default:
       return (unsigned)op < DV_OP_COUNT;
@@ -59,8 +60,9 @@ devrt_status dv_fault_inject(dv_op op, uint64_t nth, devrt_status status) {
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "dv_fault_inject: op %d cannot fail or status %d",
                    (int)op, (int)status);
   if (status == DEVRT_OK)
-    status = op == DV_OP_pool_alloc || op == DV_OP_mem_alloc ? DEVRT_ERR_DEVICE_ALLOC_FAILED
-                                                             : DEVRT_ERR_BACKEND_ERROR;
+    status = op == DV_OP_pool_alloc || op == DV_OP_mem_alloc || op == DV_OP_va_map
+                 ? DEVRT_ERR_DEVICE_ALLOC_FAILED
+                 : DEVRT_ERR_BACKEND_ERROR;
   atomic_store_explicit(&armed_status[op], (int)status, memory_order_relaxed);
   atomic_store_explicit(&armed[op],
                         nth ? atomic_load_explicit(&calls[op], memory_order_relaxed) + nth : 0,
@@ -163,6 +165,16 @@ static devrt_status w_memset_async(dv_stream* s, void* p, int byte, size_t size)
 static devrt_status w_memcpy_async(dv_stream* s, void* dst, const void* src, size_t size) {
   PASS(memcpy_async, (s, dst, src, size));
 }
+static devrt_status w_va_page(dv_dev* d, size_t* out) { PASS(va_page, (d, out)); }
+static devrt_status w_va_reserve(dv_dev* d, size_t size, void** out) {
+  PASS(va_reserve, (d, size, out));
+}
+static void w_va_release(dv_dev* d, void* p, size_t size) {
+  count(DV_OP_va_release);
+  in()->va_release(d, p, size);
+}
+static devrt_status w_va_map(dv_dev* d, void* p, size_t size) { PASS(va_map, (d, p, size)); }
+static devrt_status w_va_unmap(dv_dev* d, void* p, size_t size) { PASS(va_unmap, (d, p, size)); }
 static devrt_status w_module_load(dv_dev* d, const void* image, dv_module** out) {
   PASS(module_load, (d, image, out));
 }
@@ -263,6 +275,11 @@ static const dv_backend wrap_all = {
     .mem_free = w_mem_free,
     .memset_async = w_memset_async,
     .memcpy_async = w_memcpy_async,
+    .va_page = w_va_page,
+    .va_reserve = w_va_reserve,
+    .va_release = w_va_release,
+    .va_map = w_va_map,
+    .va_unmap = w_va_unmap,
     .module_load = w_module_load,
     .module_load_host = w_module_load_host,
     .module_unload = w_module_unload,

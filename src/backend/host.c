@@ -1,6 +1,7 @@
 /* host.c: the host backend (dv_host_backend): devrt's device operations on the CPU. Owns the
  * host device, one worker thread per stream draining a FIFO of ops, events as fences (stream,
  * sequence), the counted host pool, and the builtin host kernel launcher. */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "backend.h"
 #include "../core/thread.h"
@@ -25,7 +27,7 @@ struct dv_dev {
   int ordinal;
   unsigned workers;
   uint64_t release_threshold;
-  _Atomic uint64_t used, high;            /* pool bytes handed out (rounded sizes) */
+  _Atomic uint64_t used, high;            /* pool bytes handed out (rounded sizes), va pages */
   _Atomic unsigned faults[DV_FAULT_OPS_]; /* armed fault countdowns */
   _Atomic bool faulted;                   /* DV_FAULT_DEVICE hit: event queries and syncs fail */
 };
@@ -712,6 +714,75 @@ static devrt_status host_memcpy_async(dv_stream* s, void* dst, const void* src, 
   return enqueue(s, o, "host memcpy_async");
 }
 
+/* ---- address ranges backed page by page: mmap'd, pages made accessible ---- */
+
+#define VA_PAGE ((size_t)64 << 10)
+
+static devrt_status host_va_page(dv_dev* d, size_t* out) {
+  (void)d;
+  if (!out) return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "host va_page: out is NULL");
+  *out = VA_PAGE;
+  return DEVRT_OK;
+}
+
+static devrt_status va_check(const void* p, size_t size, const char* who) {
+  if (!p || !size || size % VA_PAGE || (uintptr_t)p % VA_PAGE)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "%s: %p, %zu bytes: not whole pages of %zu", who, p,
+                   size, VA_PAGE);
+  return DEVRT_OK;
+}
+
+/* One page more than asked, so the range can start on a page: the rest goes back. */
+static devrt_status host_va_reserve(dv_dev* d, size_t size, void** out) {
+  (void)d;
+  if (!out || !size || size % VA_PAGE || size > SIZE_MAX - VA_PAGE)
+    return dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
+                   "host va_reserve: %zu bytes or out NULL: not whole pages of %zu", size, VA_PAGE);
+  unsigned char* raw =
+      mmap(NULL, size + VA_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "host va_reserve: mmap of %zu bytes: %s",
+                   size + VA_PAGE, strerror(errno));
+  size_t head = (VA_PAGE - (uintptr_t)raw % VA_PAGE) % VA_PAGE;
+  if (head) munmap(raw, head);
+  munmap(raw + head + size, VA_PAGE - head);
+  *out = raw + head;
+  return DEVRT_OK;
+}
+
+static void host_va_release(dv_dev* d, void* p, size_t size) {
+  (void)d;
+  if (p) munmap(p, size);
+}
+
+static devrt_status host_va_map(dv_dev* d, void* p, size_t size) {
+  DV_CHECK(va_check(p, size, "host va_map"));
+  if (dv_fault_hit(&d->faults[DV_FAULT_ALLOC]))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "host va_map: injected allocation fault (%zu)",
+                   size);
+  if (mprotect(p, size, PROT_READ | PROT_WRITE)) {
+    int e = errno;
+    mprotect(p, size, PROT_NONE); /* a partial change undone */
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "host va_map: mprotect(%p, %zu): %s", p, size,
+                   strerror(e));
+  }
+  used_add(d, size);
+  return DEVRT_OK;
+}
+
+/* The memory goes back, and a stale access faults. */
+static devrt_status host_va_unmap(dv_dev* d, void* p, size_t size) {
+  DV_CHECK(va_check(p, size, "host va_unmap"));
+  const char* call = madvise(p, size, MADV_DONTNEED) ? "madvise(MADV_DONTNEED)"
+                     : mprotect(p, size, PROT_NONE)  ? "mprotect(PROT_NONE)"
+                                                     : NULL;
+  if (call)
+    return dv_fail(DEVRT_ERR_BACKEND_ERROR, "host va_unmap: %s of %p, %zu bytes: %s", call, p, size,
+                   strerror(errno));
+  atomic_fetch_sub_explicit(&d->used, size, memory_order_relaxed); /* a figure */
+  return DEVRT_OK;
+}
+
 /* ---- modules and kernels ---- */
 
 static devrt_status host_module_load(dv_dev* d, const void* image, dv_module** out) {
@@ -951,6 +1022,11 @@ const dv_backend dv_host_backend = {
     .mem_free = host_mem_free,
     .memset_async = host_memset_async,
     .memcpy_async = host_memcpy_async,
+    .va_page = host_va_page,
+    .va_reserve = host_va_reserve,
+    .va_release = host_va_release,
+    .va_map = host_va_map,
+    .va_unmap = host_va_unmap,
     .module_load = host_module_load,
     .module_load_host = host_module_load_host,
     .module_unload = host_module_unload,

@@ -78,6 +78,8 @@ static void load(void) {
   DV_CU_GRAPH_MEM(DV_CU_RESOLVE)
   ok = true;
   DV_CU_PEER(DV_CU_RESOLVE) drv.has_peer = ok;
+  ok = true;
+  DV_CU_VMM(DV_CU_RESOLVE) drv.has_vmm = ok;
   drv.has_structured_split = resolve("cuDevSmResourceSplit") != NULL;
   drv.cuFuncGetParamInfo = (__typeof__(drv.cuFuncGetParamInfo))resolve("cuFuncGetParamInfo");
   CUresult r = drv.cuInit(0);

@@ -110,6 +110,20 @@
   X(cuDeviceGetGraphMemAttribute)
 // clang-format on
 
+/* Virtual memory management: reserved address ranges backed page by page (CUDA 10.2+; the
+ * cuda backend's va_* entries are UNSUPPORTED without them). */
+// clang-format off: one X a line
+#define DV_CU_VMM(X)               \
+  X(cuMemGetAllocationGranularity) \
+  X(cuMemAddressReserve)           \
+  X(cuMemAddressFree)              \
+  X(cuMemCreate)                   \
+  X(cuMemRelease)                  \
+  X(cuMemMap)                      \
+  X(cuMemUnmap)                    \
+  X(cuMemSetAccess)
+// clang-format on
+
 #define DV_CU_FIELD(name) __typeof__(&name) name;
 
 typedef struct dv_driver {
@@ -121,9 +135,10 @@ typedef struct dv_driver {
   DV_CU_GREEN_QUERY(DV_CU_FIELD)
   DV_CU_GRAPH_MEM(DV_CU_FIELD)
   DV_CU_PEER(DV_CU_FIELD)
+  DV_CU_VMM(DV_CU_FIELD)
   __typeof__(&cuFuncGetParamInfo) cuFuncGetParamInfo; /* CUDA 12.4+, else NULL */
   int version;                                        /* cuDriverGetVersion, e.g. 13000 */
-  bool has_pools, has_green, has_green_streams, has_graphs, has_peer;
+  bool has_pools, has_green, has_green_streams, has_graphs, has_peer, has_vmm;
   bool has_structured_split; /* cuDevSmResourceSplit (CUDA 13.1) resolves */
 } dv_driver;
 

@@ -5,7 +5,8 @@
 
 #include "../timeline/rt.h"
 
-/* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async. */
+/* Builds budget(limit) -> logging (c->log_path) -> statistics -> caching (c->cache) -> async, or
+ * with c->arena budget -> logging -> statistics -> arena. */
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
                             devrt_resource** top);
 /* Releases the runtime's stack (its destroy). */

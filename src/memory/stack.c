@@ -20,9 +20,13 @@
 
 devrt_status dv_stack_build(devrt_runtime* rt, const devrt_config* c, uint64_t limit,
                             devrt_resource** top) {
-  DV_CHECK(devrt_async_resource_create(rt, top));
   devrt_caching_options co = {.max_class_bytes = c->cache_max_class};
-  if (c->cache) PUSH(top, devrt_caching_resource_create(*top, &co, &next_));
+  if (c->arena) {
+    DV_CHECK(devrt_arena_resource_create(rt, top));
+  } else {
+    DV_CHECK(devrt_async_resource_create(rt, top));
+    if (c->cache) PUSH(top, devrt_caching_resource_create(*top, &co, &next_));
+  }
   PUSH(top, dv_stats_create(*top, c->stats_peak_bound, &next_));
   if (c->log_path) {
     devrt_logging_options lo = {.path = c->log_path,

@@ -88,6 +88,7 @@ devrt_status devrt_config_init(devrt_config* cfg) {
   }
   DV_CHECK(env_pick("DEVRT_CACHE", "0", "1", &cfg->cache));
   DV_CHECK(env_u64("DEVRT_CACHE_MAX_CLASS", 0, DEVRT_CACHING_MAX_CLASS, &cfg->cache_max_class));
+  DV_CHECK(env_pick("DEVRT_ARENA", "0", "1", &cfg->arena));
   const char* log = getenv("DEVRT_LOG");
   cfg->log_path = log && *log ? log : NULL;
   DV_CHECK(env_pick("DEVRT_LOG_FORMAT", "csv", "jsonl", &cfg->log_jsonl));
