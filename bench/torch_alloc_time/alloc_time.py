@@ -1,7 +1,7 @@
 """alloc_time.py ARM WORKLOAD: the time a training step spends inside PyTorch's allocator.
 
-ARM: devrt (the runtime's default stack), devrt1m (DEVRT_CACHE_MAX_CLASS=1048576 semantics), arena
-(DEVRT_ARENA=1: the stack over the arena leaf) or floor (floor.c: exact-size free lists over cudaMalloc, a lower bound for any allocator). The
+ARM: devrt (devrt.torch.use()'s defaults: the stack over the arena leaf), caching (DEVRT_ARENA=0:
+the caching layer over the pool), devrt1m (caching with DEVRT_CACHE_MAX_CLASS=1048576) or floor (floor.c: exact-size free lists over cudaMalloc, a lower bound for any allocator). The
 allocator's two entry points are wrapped by shim.c, which times every call; after 6 warm-up steps
 and STEPS (15) timed ones, prints one JSON line: step time median, allocator ms a step, calls a
 step and ns a call. Build and run (docs/performance.md):
@@ -27,9 +27,9 @@ from devrt.bench import workloads as W  # noqa: E402
 arm, name = sys.argv[1], sys.argv[2]
 shim_path = os.environ.get("SHIM", "/tmp/shim.so")
 shim = ctypes.CDLL(shim_path, mode=ctypes.RTLD_GLOBAL)
-if arm.startswith("devrt") or arm == "arena":
-    if arm == "arena":
-        os.environ["DEVRT_ARENA"] = "1"  # read when the runtime is created, on first use
+if arm.startswith("devrt") or arm == "caching":
+    # read when the runtime is created, on first use; devrt.torch.use() defaults it to 1
+    os.environ["DEVRT_ARENA"] = "1" if arm == "devrt" else "0"
     if arm == "devrt1m":
         devrt.configure(cache_max_class=1 << 20)
     target = (_lib.path().encode(), b"devrt_torch_alloc", b"devrt_torch_free")

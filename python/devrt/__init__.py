@@ -115,13 +115,14 @@ def _bad(message):
     return DevrtError("INVALID_ARGUMENT", message)
 
 
-def configure(*, device=0, budget=None, cache=None, cache_max_class=None, log=None,
+def configure(*, device=0, budget=None, cache=None, cache_max_class=None, arena=None, log=None,
               log_format=None):
     """Sets the configuration the runtime of `device` is created with: devrt_config_init's
     defaults and DEVRT_* environment, then these overrides (None keeps them):
     budget: bytes (an int, "8GiB", "512MB"), a fraction of device memory (0.6) or "60%"; more
     than the device has is refused; cache: bool (the caching layer); cache_max_class: bytes, as
     budget takes them; larger allocations bypass the cache (0: 64 MiB, the largest class);
+    arena: bool (the arena leaf in place of caching over the pool: DEVRT_ARENA);
     log: allocation log file path; log_format: "csv" or "jsonl".
     Must run before the runtime's first use (DevrtError INVALID_STATE after)."""
     lib = _lib.load()
@@ -134,6 +135,8 @@ def configure(*, device=0, budget=None, cache=None, cache_max_class=None, log=No
         cfg.log_jsonl = log_format == "jsonl"
     if cache is not None:
         cfg.cache = bool(cache)
+    if arena is not None:
+        cfg.arena = bool(arena)
     if cache_max_class is not None:
         n = _bytes(cache_max_class)
         if n is None or n < 0:

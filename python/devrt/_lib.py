@@ -65,6 +65,7 @@ class Config(ctypes.Structure):  # devrt_config, runtime.h
         ("completion", ctypes.c_int),
         ("partition_streams", ctypes.c_uint),
         ("cache_max_class", ctypes.c_uint64),
+        ("arena", ctypes.c_bool),
     ]
 
 

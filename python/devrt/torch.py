@@ -22,6 +22,7 @@ release_graph_memory() (include/devrt/torch.h, docs/graphs.md).
 """
 import contextlib
 import ctypes
+import os
 import sys
 
 from . import _lib
@@ -65,7 +66,11 @@ def use(device=None):
     every device; `device` (an ordinal, "cuda:N" or a torch.device), when given, has devrt's
     runtime of that device created now, so a configuration or device error is raised here
     rather than by the first allocation. Must run before PyTorch initialises CUDA: DevrtError
-    (INVALID_STATE) after. Calling it again once installed returns the same allocator."""
+    (INVALID_STATE) after. Calling it again once installed returns the same allocator.
+    Runtimes created from then on default to the arena leaf (DEVRT_ARENA=1: address ranges grown
+    page by page, blocks split and merged, as expandable segments), which reserves less than
+    caching over the pool on training workloads (docs/performance.md); DEVRT_ARENA=0 in the
+    environment, or devrt.configure(arena=False) before, keeps caching over the pool."""
     global _allocator
     if _allocator is not None:
         return _allocator
@@ -78,6 +83,7 @@ def use(device=None):
             "devrt.torch.use: PyTorch has already initialised CUDA and its allocator; call "
             "devrt.torch.use() before the first CUDA tensor or torch.cuda call",
         )
+    os.environ.setdefault("DEVRT_ARENA", "1")  # read when a runtime is created
     if device is not None:
         _lib.runtime(device)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "devrt_torch_alloc", "devrt_torch_free")

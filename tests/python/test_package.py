@@ -175,6 +175,29 @@ class Package(unittest.TestCase):
             devrt.info(device=63)
         self.assertIn("63", str(cm.exception))
 
+    def test_configure_arena(self):
+        # the stack's leaf is the arena; freed space of one size serves another, no new pages
+        rc, out, err = py("""
+            import ctypes, json, devrt
+            from devrt import _lib
+            devrt.configure(arena=True)
+            lib, rt, stack = _lib.load(), _lib.runtime(0), _lib.stack(0)
+            s = _lib.c_stream()
+            _lib.check(lib.devrt_stream_acquire(rt, _lib.DEVRT_ACQUIRE_WAIT, ctypes.byref(s)))
+            held = []
+            for n in (3 << 20, 3 << 19, 2 << 20):  # all above 1 MiB: one range
+                p = ctypes.c_void_p()
+                _lib.check(lib.devrt_resource_allocate(stack, n, s, b"t", ctypes.byref(p)))
+                _lib.check(lib.devrt_resource_deallocate(stack, p, n, s))
+                f = devrt.figures()
+                held.append(f["live_bytes"] + f["cached_bytes"])
+            print(json.dumps({"held": held, "reserved": devrt.pool()["reserved_high"]}))
+        """, env={"DEVRT_BACKEND": "host"})
+        self.assertEqual(rc, 0, err)
+        d = json.loads(out.strip().splitlines()[-1])
+        self.assertEqual(d["held"], [3 << 20] * 3, d)
+        self.assertGreaterEqual(d["reserved"], 3 << 20, d)
+
     def test_configure_cache_max_class(self):
         with self.assertRaises(devrt.DevrtError) as cm:
             devrt.configure(cache_max_class=(64 << 20) + 1)

@@ -119,7 +119,7 @@ int main(void) {
   unsetenv("DEVRT_BUDGET");
   unsetenv("DEVRT_STREAM_PRIORITY");
   /* Set to nothing, a word setting is neither of its words. */
-  const char* words[] = {"DEVRT_BACKEND", "DEVRT_CACHE", "DEVRT_LOG_FORMAT"};
+  const char* words[] = {"DEVRT_BACKEND", "DEVRT_CACHE", "DEVRT_ARENA", "DEVRT_LOG_FORMAT"};
   for (size_t v = 0; v < sizeof words / sizeof *words; v++) {
     setenv(words[v], "", 1);
     snprintf(named, sizeof named, "%s=\"\"", words[v]);

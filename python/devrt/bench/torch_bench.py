@@ -1,9 +1,9 @@
 """torch_bench.py: `python -m devrt.bench torch`: devrt against PyTorch's own allocators on real
 training workloads (devrt/bench/workloads.py), each run in a process of its own per allocator:
 
-  devrt       devrt.torch.use(): the runtime's default stack under the tag "torch"
-  arena       devrt.torch.use() with DEVRT_ARENA=1: the stack over the arena leaf (address ranges
-              grown page by page, blocks split and merged) in place of caching over the pool
+  devrt       devrt.torch.use() with its defaults: the stack over the arena leaf (address ranges
+              grown page by page, blocks split and merged), under the tag "torch"
+  caching     devrt.torch.use() with DEVRT_ARENA=0: the stack's caching layer over the pool
   native      PyTorch's caching allocator
   expandable  PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
               (segments grown in place by mapping more memory: what a user short of memory picks)
@@ -30,7 +30,7 @@ import sys
 
 from .workloads import CONFIGS, run
 
-ALLOCATORS = ("devrt", "arena", "native", "expandable", "async")
+ALLOCATORS = ("devrt", "caching", "native", "expandable", "async")
 # Each allocator's PYTORCH_CUDA_ALLOC_CONF (the parent's own is dropped: it would change them all).
 ALLOC_CONF = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 WORKLOADS = ("gpt", "resnet50", "varlen", "empty")
@@ -46,8 +46,8 @@ def worker(spec, timeout=1200):
     env.pop("DEVRT_ARENA", None)
     if spec["allocator"] in ALLOC_CONF:
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF[spec["allocator"]]
-    if spec["allocator"] == "arena":
-        env["DEVRT_ARENA"] = "1"
+    if spec["allocator"] == "caching":
+        env["DEVRT_ARENA"] = "0"
     env["PYTHONPATH"] = PKG_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, "-m", "devrt.bench", "_worker", json.dumps(spec)],
                        capture_output=True, text=True, env=env, timeout=timeout)

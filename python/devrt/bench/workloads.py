@@ -189,7 +189,7 @@ def run(spec):
     import devrt
 
     allocator = spec["allocator"]
-    if allocator in ("devrt", "arena"):  # arena: the process's DEVRT_ARENA=1 picks the leaf
+    if allocator in ("devrt", "caching"):  # caching: the process's DEVRT_ARENA=0
         import devrt.torch
 
         if spec.get("log") or spec.get("budget"):
@@ -222,12 +222,12 @@ def run(spec):
             times.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss)
     doc.update(step_ms=times, losses=losses, finite=all(math.isfinite(x) for x in losses))
-    if allocator in ("devrt", "arena"):
+    if allocator in ("devrt", "caching"):
         doc["peak_reserved"] = devrt.pool()["reserved_high"]
         doc["figures"] = devrt.figures()
     else:
         doc["peak_reserved"] = torch.cuda.max_memory_reserved()
-    if spec.get("cleanup") and allocator in ("devrt", "arena"):
+    if spec.get("cleanup") and allocator in ("devrt", "caching"):
         del w, loss
         gc.collect()
         torch._C._cuda_clearCublasWorkspaces()  # PyTorch keeps cuBLAS workspaces until this
