@@ -9,7 +9,7 @@
 #include "memory.h"
 #include "account.h"
 
-enum { UNIT = 512, SMALL = 1 << 20, NCLS = 160, NWORDS = (NCLS + 63) / 64, SCAN = 64 };
+enum { UNIT = 512, SMALL = 1 << 20, NCLS = 220, NWORDS = (NCLS + 63) / 64, SCAN = 64 };
 enum { FREE, LIVE, PENDING };
 
 /* A block of a heap: free (in its class's list), live (in the hash) or pending (in the hash and
@@ -26,11 +26,13 @@ typedef struct blk {
   unsigned char state;
 } blk;
 
-/* mu is a mutex held across the backend's page and event calls and host allocations (records,
- * the hash's buckets): the heap belongs to one stream, whose allocations and frees it orders. */
+/* mu is a mutex held across the backend's page, event and stream calls (trim synchronizes the
+ * stream before it unmaps) and host allocations (records, the hash's buckets): the heap belongs to
+ * one stream, whose allocations and frees it orders. */
 typedef struct heap {
   _Alignas(DV_LINE) pthread_mutex_t mu;
   char* base;             /* the range (written once under mu before the heap is published) */
+  dv_stream* bs;          /* mu: the slot's stream, set by each call on it (NULL: retired) */
   uint64_t mapped;        /* mu: [0, mapped) has memory behind it */
   blk* last;              /* mu: the block that ends at mapped (NULL: nothing mapped) */
   uint64_t bits[NWORDS];  /* mu: bit i: head[i] is not empty */
@@ -38,6 +40,7 @@ typedef struct heap {
   blk** tab;              /* mu: live and pending blocks by offset, chained */
   size_t nb, n;           /* mu: buckets (a power of two), blocks in them */
   blk* pend;              /* mu: pending blocks, newest first */
+  blk* spare;             /* mu: records of merged blocks, for the next split (chained by next) */
   _Atomic unsigned npend; /* written under mu: the pending list's length (read without it) */
 } heap;
 
@@ -146,6 +149,18 @@ static bool hash_reserve(heap* h) {
 
 /* ---- blocks ---- */
 
+/* A record for a new block: a spare one, else a host allocation (under mu: see heap). */
+static blk* blk_new(heap* h) {
+  blk* b = h->spare;
+  if (!b) return malloc(sizeof *b);
+  h->spare = b->next;
+  return b;
+}
+static void blk_drop(heap* h, blk* b) {
+  b->next = h->spare;
+  h->spare = b;
+}
+
 /* Gives free block b back to the heap's lists, merged with its free neighbours. */
 static void release_blk(heap* h, blk* b) {
   blk* p = b->prev;
@@ -156,7 +171,7 @@ static void release_blk(heap* h, blk* b) {
     p->next = x;
     if (x) x->prev = p;
     if (h->last == b) h->last = p;
-    free(b);
+    blk_drop(h, b);
     b = p;
   }
   if (x && x->state == FREE) { /* x joins b */
@@ -165,7 +180,7 @@ static void release_blk(heap* h, blk* b) {
     b->next = x->next;
     if (x->next) x->next->prev = b;
     if (h->last == x) h->last = b;
-    free(x);
+    blk_drop(h, x);
   }
   list_push(h, b);
 }
@@ -175,7 +190,7 @@ static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const c
                              devrt_status* st) {
   blk* tail = h->last && h->last->state == FREE ? h->last : NULL;
   uint64_t g = dv_round_to(n - (tail ? tail->size : 0), a->page);
-  blk* nb = tail ? NULL : malloc(sizeof *nb);
+  blk* nb = tail ? NULL : blk_new(h);
   if (!tail && !nb) {
     *st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "arena allocate: out of host memory");
     return NULL;
@@ -191,7 +206,7 @@ static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const c
     dv_account_release(a->acc, g);
   }
   if (*st != DEVRT_OK) {
-    free(nb);
+    if (nb) blk_drop(h, nb);
     return NULL;
   }
   dv_account_add(a->acc, DV_CACHED, g);
@@ -211,9 +226,9 @@ static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const c
 
 /* Makes free block b a live one of n bytes: the rest, if any, stays free after it. */
 static devrt_status take(heap* h, blk* b, uint64_t n) {
-  blk* r = b->size > n ? malloc(sizeof *r) : NULL;
+  blk* r = b->size > n ? blk_new(h) : NULL;
   if ((b->size > n && !r) || !hash_reserve(h)) {
-    free(r);
+    if (r) blk_drop(h, r);
     return dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "arena allocate: out of host memory");
   }
   list_unlink(h, b);
@@ -315,12 +330,16 @@ static heap* heap_at(arena* a, const void* p) {
   return NULL;
 }
 
-/* Unmaps the free pages at the heap's end (h->mu held); their bytes are added to *released. */
+/* Unmaps the free pages at the heap's end (h->mu held); their bytes are added to *released. A
+ * block freed on the heap's stream is free at once for that stream's later work, but work queued
+ * before its free may still run: unmapping is not stream-ordered, so the stream is synchronized
+ * first (as PyTorch's expandable segments do). */
 static devrt_status trim_heap(arena* a, heap* h, uint64_t* released) {
   blk* t = h->last;
   if (!t || t->state != FREE) return DEVRT_OK;
   uint64_t keep = dv_round_to(t->off, a->page), cut = h->mapped - keep;
   if (!cut) return DEVRT_OK;
+  if (h->bs) DV_CHECK(BE(a)->stream_sync(h->bs));
   DV_CHECK(BE(a)->va_unmap(DEV(a), h->base + keep, cut));
   list_unlink(h, t);
   t->size -= cut;
@@ -330,7 +349,7 @@ static devrt_status trim_heap(arena* a, heap* h, uint64_t* released) {
   } else {
     h->last = t->prev;
     if (t->prev) t->prev->next = NULL;
-    free(t);
+    blk_drop(h, t);
   }
   dv_account_sub(a->acc, DV_CACHED, cut);
   dv_account_release(a->acc, cut);
@@ -346,8 +365,13 @@ static devrt_status arena_allocate(devrt_resource* self, size_t size, devrt_stre
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &s, "arena allocate"));
   uint64_t n = dv_round_to(size, UNIT), settled = 0;
+  if (DV_UNLIKELY(n > a->span))
+    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                   "arena allocate: %zu bytes do not fit a stream's range of %" PRIu64 " bytes",
+                   size, a->span);
   heap* h = &a->heaps[2 * DV_SID_SLOT(stream) + (size > SMALL)];
   pthread_mutex_lock(&h->mu);
+  h->bs = s;
   devrt_status st = h->base ? DEVRT_OK : reserve(a, h);
   if (st == DEVRT_OK && atomic_load_explicit(&h->npend, memory_order_relaxed))
     st = settle(a, h, false, &settled);
@@ -402,6 +426,7 @@ static devrt_status arena_deallocate_tagged(devrt_resource* self, void* p, size_
   if (st == DEVRT_OK) {
     *tag = b->tag;
     if (own) {
+      h->bs = s;
       *at = b->hnext, h->n--;
       dv_account_add(a->acc, DV_CACHED, b->size);
       release_blk(h, b);
@@ -468,6 +493,7 @@ static void arena_stream_retired(devrt_resource* self, devrt_stream stream) {
     heap* h = &a->heaps[2 * DV_SID_SLOT(stream) + k];
     uint64_t n = 0;
     pthread_mutex_lock(&h->mu);
+    h->bs = NULL; /* synchronized, and going away */
     DV_KEEP_ERROR(settle(a, h, true, &n));
     DV_KEEP_ERROR(trim_heap(a, h, &n));
     pthread_mutex_unlock(&h->mu);
@@ -481,7 +507,9 @@ static void arena_free(arena* a) {
       DV_KEEP_ERROR(BE(a)->event_sync(b->ev));
       BE(a)->event_destroy(DEV(a), b->ev);
     }
+    if (h->mapped && h->bs) DV_KEEP_ERROR(BE(a)->stream_sync(h->bs)); /* as trim_heap */
     for (blk *b = h->last, *p; b; b = p) p = b->prev, free(b);
+    for (blk *b = h->spare, *n; b; b = n) n = b->next, free(b);
     if (h->mapped) DV_KEEP_ERROR(BE(a)->va_unmap(DEV(a), h->base, h->mapped));
     if (h->base) BE(a)->va_release(DEV(a), h->base, a->span);
     free(h->tab);

@@ -1,6 +1,6 @@
 /* test_fault_sweep.c: the fault sweep. The workload (workload.c) runs on the host backend in two
- * configurations (the default stack with the caching layer and completion by blocking sync; no
- * caching layer, completion by host functions, bounded statistics peaks; PyTorch's entry points
+ * configurations (the default stack with the caching layer and completion by blocking sync; the
+ * arena leaf, completion by host functions, bounded statistics peaks; PyTorch's entry points
  * on the process-wide runtime of ordinal 0 in the same configuration), once each to count
  * every backend entry's calls, then once per injection point (every call of every entry that can
  * fail, or points spread over them), each in a process of its own with a watchdog: the call must
@@ -30,6 +30,7 @@ static devrt_status config_of(int config, devrt_config* out) {
   cfg.budget_bytes = 64ull << 20;
   cfg.wait_spin_ns = 0; /* waits poll no event while spinning: fewer calls that vary run to run */
   cfg.cache = config == 0;
+  cfg.arena = config == 1;
   cfg.completion = config == 0 ? DEVRT_COMPLETION_SYNC : DEVRT_COMPLETION_HOSTFN;
   cfg.stats_peak_bound = config == 1;
   *out = cfg;

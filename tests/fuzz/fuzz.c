@@ -1641,6 +1641,7 @@ static int run_seed(unsigned long long seed, int ops, int nth) {
       rn(&r, 64u << 20); /* never 100% of host RAM: 2 GiB blocks would be filled for real */
   cfg.budget_percent = 100;
   cfg.cache = chance(&r, 60);
+  cfg.arena = chance(&r, 25); /* the arena leaf in place of caching over the pool */
   cfg.wait_spin_ns = rn(&r, 3) ? 0 : 20000;
   cfg.completion = rn(&r, 2);
   cfg.partition_streams = rn(&r, 3) ? 64 : 1 + rn(&r, 8);
