@@ -31,17 +31,16 @@ typedef struct blk {
  * one stream, whose allocations and frees it orders. */
 typedef struct heap {
   _Alignas(DV_LINE) pthread_mutex_t mu;
-  char* base;             /* the range (written once under mu before the heap is published) */
-  dv_stream* bs;          /* mu: the slot's stream, set by each call on it (NULL: retired) */
-  uint64_t mapped;        /* mu: [0, mapped) has memory behind it */
-  blk* last;              /* mu: the block that ends at mapped (NULL: nothing mapped) */
-  uint64_t bits[NWORDS];  /* mu: bit i: head[i] is not empty */
-  blk* head[NCLS];        /* mu: free blocks by class */
-  blk** tab;              /* mu: live and pending blocks by offset, chained */
-  size_t nb, n;           /* mu: buckets (a power of two), blocks in them */
-  blk* pend;              /* mu: pending blocks, newest first */
-  blk* spare;             /* mu: records of merged blocks, for the next split (chained by next) */
-  _Atomic unsigned npend; /* written under mu: the pending list's length (read without it) */
+  char* base;            /* the range (written once under mu before the heap is published) */
+  dv_stream* bs;         /* mu: the slot's stream, set by each call on it (NULL: retired) */
+  uint64_t mapped;       /* mu: [0, mapped) has memory behind it */
+  blk* last;             /* mu: the block that ends at mapped (NULL: nothing mapped) */
+  uint64_t bits[NWORDS]; /* mu: bit i: head[i] is not empty */
+  blk* head[NCLS];       /* mu: free blocks by class */
+  blk** tab;             /* mu: live and pending blocks by offset, chained */
+  size_t nb, n;          /* mu: buckets (a power of two), blocks in them */
+  blk* pend;             /* mu: pending blocks, newest first */
+  blk* spare;            /* mu: records of merged blocks, for the next split (chained by next) */
 } heap;
 
 typedef struct arena {
@@ -268,8 +267,6 @@ static devrt_status settle(arena* a, heap* h, bool wait, uint64_t* settled) {
     *hat = b->hnext, h->n--;
     BE(a)->event_destroy(DEV(a), b->ev);
     b->ev = NULL;
-    atomic_store_explicit(&h->npend, atomic_load_explicit(&h->npend, memory_order_relaxed) - 1,
-                          memory_order_relaxed);
     dv_account_sub(a->acc, DV_PENDING, b->size);
     dv_account_add(a->acc, DV_CACHED, b->size);
     *settled += b->size;
@@ -373,8 +370,7 @@ static devrt_status arena_allocate(devrt_resource* self, size_t size, devrt_stre
   pthread_mutex_lock(&h->mu);
   h->bs = s;
   devrt_status st = h->base ? DEVRT_OK : reserve(a, h);
-  if (st == DEVRT_OK && atomic_load_explicit(&h->npend, memory_order_relaxed))
-    st = settle(a, h, false, &settled);
+  if (st == DEVRT_OK && h->pend) st = settle(a, h, false, &settled);
   blk* b = st == DEVRT_OK ? find(h, n) : NULL;
   if (st == DEVRT_OK && !b) b = grow(a, h, n, size, tag, &st);
   if (b && (st = take(h, b, n)) == DEVRT_OK) {
@@ -419,8 +415,6 @@ static devrt_status arena_deallocate_tagged(devrt_resource* self, void* p, size_
     b->state = PENDING; /* stays in the hash: a second free of p is refused */
     b->ev = ev, ev = NULL;
     b->fnext = h->pend, h->pend = b;
-    atomic_store_explicit(&h->npend, atomic_load_explicit(&h->npend, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
     dv_account_add(a->acc, DV_PENDING, b->size);
   }
   if (st == DEVRT_OK) {
