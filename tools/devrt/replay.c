@@ -274,8 +274,8 @@ out:
 
 /* ---- replaying ---- */
 
-static const char* const STACKS[] = {"full", "nocache", "async", "simple"};
-enum { NSTACKS = 4 };
+static const char* const STACKS[] = {"full", "nocache", "async", "simple", "arena"};
+enum { NSTACKS = 5 };
 
 typedef struct replay {
   const rlog* L;
@@ -340,8 +340,8 @@ static int finish(replay* R, devrt_resource* r) {
 }
 
 /* Builds stack k: full is the runtime's own stack (borrowed, a reference taken); nocache is
- * budget (DEVICE, the device's size, waiting for pending frees) -> statistics -> async; async and
- * simple are the bare leaves. */
+ * budget (DEVICE, the device's size, waiting for pending frees) -> statistics -> async, arena the
+ * same over the arena leaf; async and simple are the bare leaves. */
 static int build(devrt_runtime* rt, int k, uint64_t total, devrt_resource** out) {
   devrt_resource *leaf = NULL, *stats = NULL;
   if (k == 0) {
@@ -353,7 +353,10 @@ static int build(devrt_runtime* rt, int k, uint64_t total, devrt_resource** out)
     RTRY("devrt_simple_resource_create", devrt_simple_resource_create(rt, out));
     return 0;
   }
-  RTRY("devrt_async_resource_create", devrt_async_resource_create(rt, &leaf));
+  if (k == 4)
+    RTRY("devrt_arena_resource_create", devrt_arena_resource_create(rt, &leaf));
+  else
+    RTRY("devrt_async_resource_create", devrt_async_resource_create(rt, &leaf));
   if (k == 2) {
     *out = leaf;
     return 0;
@@ -418,14 +421,14 @@ static void mib(char* buf, uint64_t b) { snprintf(buf, 32, "%.1f MiB", (double)b
 
 static int usage(FILE* f) {
   fprintf(f,
-          "usage: devrt replay LOG [--stack full|nocache|async|simple] [--rounds R] "
+          "usage: devrt replay LOG [--stack full|nocache|async|simple|arena] [--rounds R] "
           "[--ordinal N] [--json]\n");
   if (f == stdout)
     printf(
         "  replays an allocation log (devrt's or RMM's CSV) on one thread against each stack\n"
         "  LOG           the log (docs/python.md: Replay)\n"
         "  --stack S     one stack: full (the runtime's), nocache, async (the pool), simple "
-        "(cuMemAlloc)\n"
+        "(cuMemAlloc), arena (nocache over the arena leaf)\n"
         "  --rounds R    timed passes a stack (1..1000, default 5)\n"
         "  --ordinal N   the device (0..%d, default 0)\n"
         "  --json        figures as one JSON document on stdout\n",
@@ -444,7 +447,8 @@ int cli_replay(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--stack") && i + 1 < argc) {
       for (only = NSTACKS; only-- > 0 && strcmp(argv[i + 1], STACKS[only]);) continue;
       if (only < 0) {
-        fprintf(stderr, "devrt replay: unknown stack '%s' (full, nocache, async or simple)\n",
+        fprintf(stderr,
+                "devrt replay: unknown stack '%s' (full, nocache, async, simple or arena)\n",
                 argv[i + 1]);
         return 2;
       }
