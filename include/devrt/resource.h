@@ -156,8 +156,8 @@ typedef bool (*devrt_fallback_fn)(void* user, size_t size, const char* tag, devr
 /* What a budget counts against its limit; whoever builds the stack says which.
  * THROUGH (the default): the bytes allocated through this budget and not yet freed to it.
  * DEVICE: everything the stack beneath holds of the device: live, pending and cached bytes,
- * whoever allocated them. The stack's leaf must be devrt's async or simple resource (they keep
- * that account), and a stack has at most one DEVICE budget at a time: a second is refused with
+ * whoever allocated them. The stack's leaf must be devrt's async, simple or arena resource (they
+ * keep that account), and a stack has at most one DEVICE budget at a time: a second is refused with
  * INVALID_STATE until the first is destroyed. The runtime's default stack has one. */
 typedef enum devrt_budget_scope {
   DEVRT_BUDGET_THROUGH = 0,

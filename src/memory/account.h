@@ -1,4 +1,4 @@
-/* account.h (internal): the figures one resource stack shares. The leaf (async or simple)
+/* account.h (internal): the figures one resource stack shares. The leaf (async, simple or arena)
  * creates the account; decorators inherit the pointer. The device budget owns its limit, and
  * leaves admit new memory against it, so a cached allocate or free touches no shared word. */
 #ifndef DEVRT_MEMORY_ACCOUNT_H

@@ -188,6 +188,7 @@ static void release_blk(heap* h, blk* b) {
 static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const char* tag,
                              devrt_status* st) {
   blk* tail = h->last && h->last->state == FREE ? h->last : NULL;
+  if (tail && tail->size >= n) return tail; /* find's bounded look passed over it */
   uint64_t g = dv_round_to(n - (tail ? tail->size : 0), a->page);
   blk* nb = tail ? NULL : blk_new(h);
   if (!tail && !nb) {
@@ -337,10 +338,15 @@ static devrt_status trim_heap(arena* a, heap* h, uint64_t* released) {
   uint64_t keep = dv_round_to(t->off, a->page), cut = h->mapped - keep;
   if (!cut) return DEVRT_OK;
   if (h->bs) DV_CHECK(BE(a)->stream_sync(h->bs));
-  DV_CHECK(BE(a)->va_unmap(DEV(a), h->base + keep, cut));
+  /* Page by page from the top, so that a failure leaves [0, mapped) exactly what is mapped. */
+  devrt_status st = DEVRT_OK;
+  for (cut = 0; h->mapped - cut > keep; cut += a->page)
+    if ((st = BE(a)->va_unmap(DEV(a), h->base + h->mapped - cut - a->page, a->page)) != DEVRT_OK)
+      break;
+  if (!cut) return st;
   list_unlink(h, t);
   t->size -= cut;
-  h->mapped = keep;
+  h->mapped -= cut;
   if (t->size) {
     list_push(h, t);
   } else {
@@ -351,7 +357,7 @@ static devrt_status trim_heap(arena* a, heap* h, uint64_t* released) {
   dv_account_sub(a->acc, DV_CACHED, cut);
   dv_account_release(a->acc, cut);
   *released += cut;
-  return DEVRT_OK;
+  return st;
 }
 
 /* ---- the resource ---- */
@@ -509,6 +515,7 @@ static void arena_free(arena* a) {
     free(h->tab);
     pthread_mutex_destroy(&h->mu);
   }
+  pthread_mutex_destroy(&a->rmu);
   free(a->heaps);
   free((void*)a->ranges);
   free(a->acc);

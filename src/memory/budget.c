@@ -197,8 +197,8 @@ static devrt_status create(devrt_resource* upstream, uint64_t limit, budget* par
   if (o && o->scope == DEVRT_BUDGET_DEVICE) {
     if (!b->r.account)
       s = dv_fail(DEVRT_ERR_INVALID_ARGUMENT,
-                  "devrt_budget_create: a DEVICE budget needs devrt's async or "
-                  "simple resource at the bottom of the stack (%s has none)",
+                  "devrt_budget_create: a DEVICE budget needs devrt's async, "
+                  "simple or arena resource at the bottom of the stack (%s has none)",
                   upstream->name);
     /* acq_rel: the acquire pairs with the release in budget_destroy (the previous owner's limit
      * reset comes before this one's limit); the release publishes b's head to a creator whose

@@ -40,6 +40,36 @@ static void split_and_merge(devrt_runtime* rt, devrt_resource* r, devrt_stream s
   (void)rt;
 }
 
+/* More than a look's worth (64) of too-small free blocks ahead of a free end that fits: the end
+ * is taken, with no page mapped (on a fresh arena: its small blocks' range is all that is held). */
+static void end_fits(devrt_runtime* rt, devrt_stream s) {
+  enum { N = 80 };
+  devrt_resource* r = NULL;
+  void *a[N], *b[N], *fill[64], *x = NULL, *y = NULL;
+  unsigned nfill = 0;
+  REQUIRE_OK(devrt_arena_resource_create(rt, &r));
+  for (int i = 0; i < N; i++) {
+    REQUIRE_OK(devrt_resource_allocate(r, 4096, s, NULL, &a[i]));
+    REQUIRE_OK(devrt_resource_allocate(r, 512, s, NULL, &b[i])); /* keeps the 4096s apart */
+  }
+  uint64_t tail = held(r) - N * 4608ull;
+  while (tail > 4608 + MIB && nfill < 64) { /* 2 MiB pages: fill all but the last MiB */
+    REQUIRE_OK(devrt_resource_allocate(r, MIB, s, NULL, &fill[nfill++]));
+    tail -= MIB;
+  }
+  if (tail > 4608) REQUIRE_OK(devrt_resource_allocate(r, tail - 4608, s, NULL, &y));
+  for (int i = 0; i < N; i++) CHECK_OK(devrt_resource_deallocate(r, a[i], 4096, s));
+  uint64_t before = held(r);
+  CHECK_OK(devrt_resource_allocate(r, 4608, s, NULL, &x)); /* only the end holds 4608 */
+  CHECK(held(r) == before);
+  if (x) CHECK_OK(devrt_resource_deallocate(r, x, 4608, s));
+  if (y) CHECK_OK(devrt_resource_deallocate(r, y, tail - 4608, s));
+  for (unsigned i = 0; i < nfill; i++) CHECK_OK(devrt_resource_deallocate(r, fill[i], MIB, s));
+  for (int i = 0; i < N; i++) CHECK_OK(devrt_resource_deallocate(r, b[i], 512, s));
+  CHECK(t_figures(r).live_bytes == 0);
+  CHECK_OK(devrt_resource_release(r));
+}
+
 /* The memory is the device's: a fill on the stream, read back by a copy. */
 static void usable(devrt_runtime* rt, devrt_resource* r, devrt_stream s) {
   unsigned char* p = NULL;
@@ -136,6 +166,7 @@ int main(void) {
   if (st == DEVRT_ERR_UNSUPPORTED && t_is_cuda(rt)) t_no_gpu(st);
   REQUIRE_OK(st);
   devrt_stream s = acquire(rt), t = acquire(rt);
+  end_fits(rt, s);
   split_and_merge(rt, r, s);
   usable(rt, r, s);
   cross_stream(rt, r, s, t);
