@@ -368,10 +368,13 @@ static devrt_status arena_allocate(devrt_resource* self, size_t size, devrt_stre
   dv_stream* s = NULL;
   DV_CHECK(dv_stream_get(self->rt, stream, &s, "arena allocate"));
   uint64_t n = dv_round_to(size, UNIT), settled = 0;
-  if (DV_UNLIKELY(n > a->span))
-    return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
-                   "arena allocate: %zu bytes do not fit a stream's range of %" PRIu64 " bytes",
-                   size, a->span);
+  if (DV_UNLIKELY(n > a->span)) /* past the budget: refused as the other leaves refuse it */
+    return n > atomic_load_explicit(&a->acc->limit, memory_order_relaxed)
+               ? dv_account_refuse(a->acc, "arena allocate", size, n, tag)
+               : dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
+                         "arena allocate: %zu bytes do not fit a stream's range of %" PRIu64
+                         " bytes",
+                         size, a->span);
   heap* h = &a->heaps[2 * DV_SID_SLOT(stream) + (size > SMALL)];
   pthread_mutex_lock(&h->mu);
   h->bs = s;

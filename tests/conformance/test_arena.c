@@ -116,6 +116,10 @@ static void refused(devrt_runtime* rt, devrt_resource* r, devrt_stream s) {
   CHECK_OK(devrt_resource_deallocate(r, p, 4096, s));
   CHECK_STATUS(devrt_resource_deallocate(r, p, 4096, s), DEVRT_ERR_INVALID_ARGUMENT);
   CHECK(strstr(devrt_last_error(), "double free") != NULL);
+  /* past a range with no budget over it: the leaf's own refusal */
+  CHECK_STATUS(devrt_resource_allocate(r, (size_t)1 << 50, s, NULL, &p),
+               DEVRT_ERR_DEVICE_ALLOC_FAILED);
+  CHECK(strstr(devrt_last_error(), "do not fit") != NULL);
 }
 
 /* Trim gives back the free pages at each range's end, and only those. */
@@ -150,6 +154,7 @@ static void budget(void) {
   void *a = NULL, *b = NULL;
   REQUIRE_OK(devrt_resource_allocate(top, 6 * MIB, s, NULL, &a));
   CHECK_STATUS(devrt_resource_allocate(top, 3 * MIB, s, NULL, &b), DEVRT_ERR_OVER_BUDGET);
+  CHECK_STATUS(devrt_resource_allocate(top, (size_t)1 << 50, s, NULL, &b), DEVRT_ERR_OVER_BUDGET);
   CHECK_OK(devrt_resource_deallocate(top, a, 6 * MIB, s));
   CHECK_OK(devrt_resource_allocate(top, 3 * MIB, s, NULL, &b));
   CHECK_OK(devrt_resource_allocate(top, 3 * MIB, s, NULL, &a));

@@ -122,6 +122,10 @@ static void case_free(const char* what, int dev, int odev, int which, dv_op op) 
 /* A stream-ordered free that fails once (the pool's free) is tried again: PyTorch never does. */
 static void case_retry(void) {
   devrt_runtime* r = rts[0]; /* cache off: the free reaches the pool */
+  if (r->cfg.arena) { /* DEVRT_ARENA=1 (its ctest run): a free on its stream calls no backend */
+    printf("a pool free failed once: not under the arena leaf, whose free has no pool call\n");
+    return;
+  }
   dv_stream* a = new_stream(r);
   devrt_torch_stats t0, t1;
   REQUIRE_OK(devrt_torch_stats_get(0, &t0));
