@@ -133,7 +133,9 @@ devrt_status devrt_simple_resource_create(devrt_runtime* rt, devrt_resource** ou
  * Hopper) at its end, admitted against the budget, only when nothing free fits, so freed memory
  * of any size serves any later size on that stream. A free on the allocating stream is reusable
  * at once (stream order); one on another stream after an event recorded there completes
- * (pending until an allocation or reap sees it). Trim unmaps the free pages at each range's end.
+ * (pending until an allocation or reap sees it). Trim takes the free pages at each range's end
+ * (pending until the stream passes the trim; a reap then unmaps them; the stream's own later
+ * allocations may take them back first).
  * Free memory is counted as cached. Peer devices are not given access to these ranges. Each
  * stream that allocates reserves two ranges of the device's memory size in the process's address
  * space (47 bits: a few hundred such streams; past that, va_reserve's failure is returned).

@@ -2,7 +2,8 @@
  * slot has two heaps, one for blocks of at most 1 MiB and one for larger ones, each a range of a
  * device's worth of addresses reserved on its first allocation. A block is split from the best
  * fitting free one, merged with its free neighbours when freed, and a heap maps pages at its end
- * when nothing free fits; trim unmaps the free pages at the end. */
+ * when nothing free fits; trim gives the free pages at the end back once the stream has passed it.
+ */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,15 +27,18 @@ typedef struct blk {
   unsigned char state;
 } blk;
 
-/* mu is a mutex held across the backend's page, event and stream calls (trim synchronizes the
- * stream before it unmaps) and host allocations (records, the hash's buckets): the heap belongs to
- * one stream, whose allocations and frees it orders. */
+/* mu is a mutex held across the backend's page and event calls and host allocations (records,
+ * the hash's buckets): the heap belongs to one stream, whose allocations and frees it orders. */
 typedef struct heap {
   _Alignas(DV_LINE) pthread_mutex_t mu;
-  char* base;            /* the range (written once under mu before the heap is published) */
-  dv_stream* bs;         /* mu: the slot's stream, set by each call on it (NULL: retired) */
-  uint64_t mapped;       /* mu: [0, mapped) has memory behind it */
-  blk* last;             /* mu: the block that ends at mapped (NULL: nothing mapped) */
+  char* base;      /* the range (written once under mu before the heap is published) */
+  dv_stream* bs;   /* mu: the slot's stream, set by each call on it (NULL: retired) */
+  uint64_t end;    /* mu: the blocks tile [0, end) */
+  uint64_t mapped; /* mu: [0, mapped) has memory behind it; [end, mapped) was trimmed and
+                      waits for uev before it is unmapped (pending in the account) */
+  dv_event* uev;   /* mu: recorded on bs by trim (made on the first trim) */
+  bool urec;       /* mu: [end, mapped) waits for uev (false: the stream had nothing queued) */
+  blk* last;       /* mu: the block that ends at end (NULL: none) */
   uint64_t bits[NWORDS]; /* mu: bit i: head[i] is not empty */
   blk* head[NCLS];       /* mu: free blocks by class */
   blk** tab;             /* mu: live and pending blocks by offset, chained */
@@ -190,12 +194,16 @@ static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const c
   blk* tail = h->last && h->last->state == FREE ? h->last : NULL;
   if (tail && tail->size >= n) return tail; /* find's bounded look passed over it */
   uint64_t g = dv_round_to(n - (tail ? tail->size : 0), a->page);
+  uint64_t back = h->mapped - h->end < g ? h->mapped - h->end : g; /* trimmed, still mapped */
+  g -= back;
   blk* nb = tail ? NULL : blk_new(h);
   if (!tail && !nb) {
     *st = dv_fail(DEVRT_ERR_OUT_OF_RESOURCES, "arena allocate: out of host memory");
     return NULL;
   }
-  if (g > a->span - h->mapped) {
+  if (!g) {
+    *st = DEVRT_OK;
+  } else if (g > a->span - h->mapped) {
     *st = dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED,
                   "arena allocate: %zu bytes do not fit the stream's range of %" PRIu64
                   " bytes (%" PRIu64 " mapped)",
@@ -209,18 +217,23 @@ static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const c
     if (nb) blk_drop(h, nb);
     return NULL;
   }
-  dv_account_add(a->acc, DV_CACHED, g);
+  /* The trimmed pages come back first (the stream's own: reusable in its order), then new ones. */
+  DV_ASSERT(!g || h->end + back == h->mapped);
+  dv_account_sub(a->acc, DV_PENDING, back);
+  dv_account_add(a->acc, DV_CACHED, back + g);
   if (tail) {
     list_unlink(h, tail);
-    tail->size += g;
+    tail->size += back + g;
   } else {
-    *nb = (blk){.off = h->mapped, .size = g, .prev = h->last};
+    *nb = (blk){.off = h->end, .size = back + g, .prev = h->last};
     if (h->last) h->last->next = nb;
     h->last = tail = nb;
   }
+  h->end += back + g;
   h->mapped += g;
+  if (h->end == h->mapped) h->urec = false; /* nothing trimmed is left to wait for */
   list_push(h, tail);
-  DV_ASSERT(h->last->off + h->last->size == h->mapped);
+  DV_ASSERT(h->last->off + h->last->size == h->end);
   return tail;
 }
 
@@ -276,7 +289,7 @@ static devrt_status settle(arena* a, heap* h, bool wait, uint64_t* settled) {
   return st;
 }
 
-/* The heap's invariants (asserts only: a walk of every block): the blocks tile [0, mapped) in
+/* The heap's invariants (asserts only: a walk of every block): the blocks tile [0, end) in
  * address order, no two free ones are neighbours, each free one is in its class's list, and the
  * hash holds exactly the others. */
 static __attribute__((unused)) bool heap_ok(const heap* h) {
@@ -298,7 +311,7 @@ static __attribute__((unused)) bool heap_ok(const heap* h) {
     for (const blk* b = h->head[i]; b; b = b->fnext, listed++)
       if (b->state != FREE || cls_of(b->size) != i) return false;
   }
-  return end == h->mapped && nfree == listed && nused == h->n;
+  return end == h->end && end <= h->mapped && nfree == listed && nused == h->n;
 }
 
 /* ---- heaps and their ranges ---- */
@@ -328,36 +341,57 @@ static heap* heap_at(arena* a, const void* p) {
   return NULL;
 }
 
-/* Unmaps the free pages at the heap's end (h->mu held); their bytes are added to *released. A
- * block freed on the heap's stream is free at once for that stream's later work, but work queued
- * before its free may still run: unmapping is not stream-ordered, so the stream is synchronized
- * first (as PyTorch's expandable segments do). */
-static devrt_status trim_heap(arena* a, heap* h, uint64_t* released) {
-  blk* t = h->last;
-  if (!t || t->state != FREE) return DEVRT_OK;
-  uint64_t keep = dv_round_to(t->off, a->page), cut = h->mapped - keep;
-  if (!cut) return DEVRT_OK;
-  if (h->bs) DV_CHECK(BE(a)->stream_sync(h->bs));
-  /* Page by page from the top, so that a failure leaves [0, mapped) exactly what is mapped. */
-  devrt_status st = DEVRT_OK;
-  for (cut = 0; h->mapped - cut > keep; cut += a->page)
-    if ((st = BE(a)->va_unmap(DEV(a), h->base + h->mapped - cut - a->page, a->page)) != DEVRT_OK)
-      break;
-  if (!cut) return st;
-  list_unlink(h, t);
-  t->size -= cut;
-  h->mapped -= cut;
-  if (t->size) {
-    list_push(h, t);
-  } else {
-    h->last = t->prev;
-    if (t->prev) t->prev->next = NULL;
-    blk_drop(h, t);
+/* Unmaps the trimmed pages [end, mapped) once the stream has passed the trim (with `wait`, after
+ * waiting for it), page by page from the top, so that a failure leaves [0, mapped) exactly what
+ * is mapped; the bytes given back are added to *gone. */
+static devrt_status unmap_trimmed(arena* a, heap* h, bool wait, uint64_t* gone) {
+  if (h->mapped == h->end) return DEVRT_OK;
+  if (h->urec) {
+    bool done = wait;
+    DV_CHECK(wait ? BE(a)->event_sync(h->uev) : BE(a)->event_query(h->uev, &done));
+    if (!done) return DEVRT_OK;
+    h->urec = false;
   }
-  dv_account_sub(a->acc, DV_CACHED, cut);
-  dv_account_release(a->acc, cut);
-  *released += cut;
+  devrt_status st = DEVRT_OK;
+  uint64_t n = 0;
+  for (; h->mapped - n > h->end; n += a->page)
+    if ((st = BE(a)->va_unmap(DEV(a), h->base + h->mapped - n - a->page, a->page)) != DEVRT_OK)
+      break;
+  h->mapped -= n;
+  dv_account_sub(a->acc, DV_PENDING, n);
+  dv_account_release(a->acc, n);
+  *gone += n;
   return st;
+}
+
+/* Takes the free pages at the heap's end out of its last block (their bytes added to *trimmed):
+ * pending until the stream has passed this point, because a block freed on the stream is free at
+ * once for the stream's later work while work queued before the free may still use it, and
+ * unmapping is not stream-ordered. An event recorded now says when; unmap_trimmed (a reap, or
+ * this trim if it has passed already) gives them back. A stream with nothing queued (retired)
+ * needs no event. */
+static devrt_status trim_heap(arena* a, heap* h, uint64_t* trimmed) {
+  blk* t = h->last;
+  uint64_t keep = t && t->state == FREE ? dv_round_to(t->off, a->page) : h->end, n = 0;
+  if (keep < h->end) {
+    if (h->bs && !h->uev) DV_CHECK(BE(a)->event_create(DEV(a), 0, &h->uev));
+    if (h->bs) DV_CHECK(BE(a)->event_record(h->uev, h->bs));
+    h->urec = h->bs != NULL || h->urec;
+    list_unlink(h, t);
+    t->size -= h->end - keep;
+    if (t->size) {
+      list_push(h, t);
+    } else {
+      h->last = t->prev;
+      if (t->prev) t->prev->next = NULL;
+      blk_drop(h, t);
+    }
+    dv_account_sub(a->acc, DV_CACHED, h->end - keep);
+    dv_account_add(a->acc, DV_PENDING, h->end - keep);
+    *trimmed += h->end - keep;
+    h->end = keep;
+  }
+  return unmap_trimmed(a, h, false, &n);
 }
 
 /* ---- the resource ---- */
@@ -464,6 +498,7 @@ static devrt_status each_heap(arena* a, devrt_status (*fn)(arena*, heap*, unsign
 static devrt_status reap_one(arena* a, heap* h, unsigned flags, uint64_t* sum) {
   uint64_t n = 0;
   devrt_status st = settle(a, h, flags & DEVRT_REAP_WAIT, &n);
+  DV_ALSO(st, unmap_trimmed(a, h, flags & DEVRT_REAP_WAIT, &n));
   atomic_fetch_add_explicit(&a->acc->reaped, n, memory_order_relaxed);
   *sum += n;
   return st;
@@ -499,6 +534,7 @@ static void arena_stream_retired(devrt_resource* self, devrt_stream stream) {
     h->bs = NULL; /* synchronized, and going away */
     DV_KEEP_ERROR(settle(a, h, true, &n));
     DV_KEEP_ERROR(trim_heap(a, h, &n));
+    DV_KEEP_ERROR(unmap_trimmed(a, h, true, &n));
     pthread_mutex_unlock(&h->mu);
   }
 }
@@ -510,7 +546,9 @@ static void arena_free(arena* a) {
       DV_KEEP_ERROR(BE(a)->event_sync(b->ev));
       BE(a)->event_destroy(DEV(a), b->ev);
     }
-    if (h->mapped && h->bs) DV_KEEP_ERROR(BE(a)->stream_sync(h->bs)); /* as trim_heap */
+    /* the resource goes: what its memory was used for must be done (as a trim's unmap) */
+    if (h->mapped && h->bs) DV_KEEP_ERROR(BE(a)->stream_sync(h->bs));
+    if (h->uev) BE(a)->event_destroy(DEV(a), h->uev);
     for (blk *b = h->last, *p; b; b = p) p = b->prev, free(b);
     for (blk *b = h->spare, *n; b; b = n) n = b->next, free(b);
     if (h->mapped) DV_KEEP_ERROR(BE(a)->va_unmap(DEV(a), h->base, h->mapped));

@@ -2,6 +2,7 @@
  * pages), the account's figures exact in pages, a free on another stream pending until its event
  * completes, trim unmapping the free end, a budget over it, refused input, and the memory
  * usable by the device (a fill read back). Threads: stress/test_arena_stress.c. */
+#include <stdatomic.h>
 #include "memory/account.h"
 #include "test.h"
 
@@ -123,18 +124,43 @@ static void refused(devrt_runtime* rt, devrt_resource* r, devrt_stream s) {
 }
 
 /* Trim gives back the free pages at each range's end, and only those. */
-static void trim(devrt_resource* r, devrt_stream s) {
+static _Atomic int gate;
+static void wait_gate(void* u) {
+  (void)u;
+  while (!atomic_load(&gate)) t_sleep_ms(1);
+}
+
+/* Trim takes the free pages at each range's end at once, and gives them back once the stream has
+ * passed it: work queued before the free may still use them, and the trim does not wait for it. */
+static void trim(devrt_runtime* rt, devrt_resource* r, devrt_stream s) {
   void *a = NULL, *b = NULL;
-  uint64_t n = 0;
+  uint64_t n = 0, m = 0;
   REQUIRE_OK(devrt_resource_allocate(r, 6 * MIB, s, NULL, &a));
   REQUIRE_OK(devrt_resource_allocate(r, 6 * MIB, s, NULL, &b));
+  atomic_store(&gate, 0);
+  REQUIRE_OK(devrt_stream_host_func(rt, s, wait_gate, NULL)); /* b's last use, held */
   CHECK_OK(devrt_resource_deallocate(r, b, 6 * MIB, s));
   uint64_t before = held(r);
+  CHECK_OK(devrt_resource_trim(r, &n)); /* returns with the stream held */
+  devrt_resource_figures f = t_figures(r);
+  CHECK(n >= 6 * MIB && held(r) == before && f.pending_bytes == n);
+  CHECK_OK(devrt_resource_reap(r, 0, &m));
+  CHECK(held(r) == before); /* not passed yet */
+  atomic_store(&gate, 1);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &m));
+  CHECK(m == n && held(r) == before - n && held(r) >= 6 * MIB && t_figures(r).pending_bytes == 0);
+  /* trimmed pages a later allocation needs come back while still mapped (stream order) */
+  REQUIRE_OK(devrt_resource_allocate(r, 6 * MIB, s, NULL, &b));
+  CHECK_OK(devrt_resource_deallocate(r, b, 6 * MIB, s));
   CHECK_OK(devrt_resource_trim(r, &n));
-  CHECK(n > 0 && held(r) == before - n && held(r) >= 6 * MIB);
+  REQUIRE_OK(devrt_resource_allocate(r, 6 * MIB, s, NULL, &b));
+  f = t_figures(r);
+  CHECK(f.live_bytes == 12 * MIB && f.live_bytes + f.pending_bytes + f.cached_bytes == held(r));
+  CHECK_OK(devrt_resource_deallocate(r, b, 6 * MIB, s));
   CHECK_OK(devrt_resource_deallocate(r, a, 6 * MIB, s));
   CHECK_OK(devrt_resource_trim(r, &n));
-  CHECK(held(r) == 0 && t_figures(r).cached_bytes == 0);
+  CHECK_OK(devrt_resource_reap(r, DEVRT_REAP_WAIT, &m));
+  CHECK(held(r) == 0 && t_figures(r).cached_bytes == 0 && t_figures(r).pending_bytes == 0);
 }
 
 /* The runtime's stack with DEVRT_ARENA: the budget admits pages, and freed space is reused
@@ -176,7 +202,7 @@ int main(void) {
   usable(rt, r, s);
   cross_stream(rt, r, s, t);
   refused(rt, r, s);
-  trim(r, s);
+  trim(rt, r, s);
   CHECK_OK(devrt_stream_release(rt, s));
   CHECK_OK(devrt_stream_release(rt, t));
   CHECK_OK(devrt_resource_release(r));
