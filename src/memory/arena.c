@@ -188,7 +188,8 @@ static void release_blk(heap* h, blk* b) {
   list_push(h, b);
 }
 
-/* Maps pages at the heap's end so that a free block there holds n; the block, or NULL. */
+/* Gives the heap's end pages (trimmed ones still mapped first, then new ones) so that a free block
+ * there holds n; the block, or NULL. */
 static DV_NOINLINE blk* grow(arena* a, heap* h, uint64_t n, size_t size, const char* tag,
                              devrt_status* st) {
   blk* tail = h->last && h->last->state == FREE ? h->last : NULL;
