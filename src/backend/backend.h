@@ -4,8 +4,10 @@
 #ifndef DEVRT_BACKEND_H
 #define DEVRT_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "devrt/device.h"
 #include "devrt/event.h"
 #include "devrt/launch.h"
@@ -52,6 +54,15 @@ typedef enum dv_fault_op {
   DV_FAULT_GREEN,
   DV_FAULT_OPS_
 } dv_fault_op;
+
+/* A memory figure both backends keep for pool_stats: n bytes more in *now, and *high raised to
+ * it (relaxed: figures, read by nothing that orders on them). */
+static inline void dv_figure_add(_Atomic uint64_t* now, _Atomic uint64_t* high, uint64_t n) {
+  uint64_t v = atomic_fetch_add_explicit(now, n, memory_order_relaxed) + n;
+  uint64_t h = atomic_load_explicit(high, memory_order_relaxed);
+  while (h < v && !atomic_compare_exchange_weak_explicit(high, &h, v, memory_order_relaxed,
+                                                         memory_order_relaxed)) {}
+}
 
 typedef struct dv_backend {
   /* The calls between which launches and allocations run, in one line: a launch reads one line

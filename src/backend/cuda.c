@@ -300,15 +300,6 @@ DV_HOT static devrt_status cu_pool_free(dv_dev* d, void* p, dv_stream* s) {
   return DEVRT_OK;
 }
 
-/* The va_* pages' figures (pool_stats): relaxed. */
-static void mapped_add(dv_dev* d, uint64_t n) {
-  uint64_t now = atomic_fetch_add_explicit(&d->mapped, n, memory_order_relaxed) + n;
-  uint64_t high = atomic_load_explicit(&d->mapped_high, memory_order_relaxed);
-  while (high < now &&
-         !atomic_compare_exchange_weak_explicit(&d->mapped_high, &high, now, memory_order_relaxed,
-                                                memory_order_relaxed)) {}
-}
-
 /* Without a pool, the pool's figures are 0 and only the mapped pages count. */
 static devrt_status cu_pool_stats(dv_dev* d, devrt_pool_stats* out) {
   memset(out, 0, sizeof *out);
@@ -467,7 +458,7 @@ static devrt_status cu_va_map(dv_dev* d, void* p, size_t size) {
   if (r != CUDA_SUCCESS)
     return dv_cu_fail(r, call, "(%zu bytes at %p, page %zu, device %d)", size, p, page,
                       d->info.ordinal);
-  mapped_add(d, size);
+  dv_figure_add(&d->mapped, &d->mapped_high, size);
   return DEVRT_OK;
 }
 

@@ -151,14 +151,6 @@ static void fence_wait(dv_stream* s, uint64_t target) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Figures only (pool_stats): relaxed. */
-static void used_add(dv_dev* d, uint64_t n) {
-  uint64_t now = atomic_fetch_add_explicit(&d->used, n, memory_order_relaxed) + n;
-  uint64_t high = atomic_load_explicit(&d->high, memory_order_relaxed);
-  while (high < now && !atomic_compare_exchange_weak_explicit(
-                           &d->high, &high, now, memory_order_relaxed, memory_order_relaxed)) {}
-}
-
 static hdr* header_of(void* p) { return (hdr*)((unsigned char*)p - HDR); }
 
 /* The last drop (acq_rel) sees every launch's run first. */
@@ -636,7 +628,7 @@ static devrt_status host_alloc(dv_dev* d, size_t size, uint32_t magic, const cha
 static devrt_status host_pool_alloc(dv_dev* d, size_t size, dv_stream* s, void** out) {
   (void)s; /* allocated at once: usable by everything ordered after this call */
   DV_CHECK(host_alloc(d, size, MAGIC_POOL, "host pool_alloc", out));
-  used_add(d, header_of(*out)->size);
+  dv_figure_add(&d->used, &d->high, header_of(*out)->size);
   return DEVRT_OK;
 }
 
@@ -766,7 +758,7 @@ static devrt_status host_va_map(dv_dev* d, void* p, size_t size) {
     return dv_fail(DEVRT_ERR_DEVICE_ALLOC_FAILED, "host va_map: mprotect(%p, %zu): %s", p, size,
                    strerror(e));
   }
-  used_add(d, size);
+  dv_figure_add(&d->used, &d->high, size);
   return DEVRT_OK;
 }
 
