@@ -53,16 +53,19 @@ bool dv_op_can_fail(dv_op op) {
   }
 }
 
+devrt_status dv_op_usual_failure(dv_op op) {
+  return op == DV_OP_pool_alloc || op == DV_OP_mem_alloc || op == DV_OP_va_map
+             ? DEVRT_ERR_DEVICE_ALLOC_FAILED
+             : DEVRT_ERR_BACKEND_ERROR;
+}
+
 void dv_fault_enable(void) { atomic_store_explicit(&enabled, true, memory_order_relaxed); }
 
 devrt_status dv_fault_inject(dv_op op, uint64_t nth, devrt_status status) {
   if (!dv_op_can_fail(op) || (unsigned)status >= DEVRT_STATUS_COUNT_)
     return dv_fail(DEVRT_ERR_INVALID_ARGUMENT, "dv_fault_inject: op %d cannot fail or status %d",
                    (int)op, (int)status);
-  if (status == DEVRT_OK)
-    status = op == DV_OP_pool_alloc || op == DV_OP_mem_alloc || op == DV_OP_va_map
-                 ? DEVRT_ERR_DEVICE_ALLOC_FAILED
-                 : DEVRT_ERR_BACKEND_ERROR;
+  if (status == DEVRT_OK) status = dv_op_usual_failure(op);
   atomic_store_explicit(&armed_status[op], (int)status, memory_order_relaxed);
   atomic_store_explicit(&armed[op],
                         nth ? atomic_load_explicit(&calls[op], memory_order_relaxed) + nth : 0,

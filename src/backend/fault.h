@@ -33,13 +33,16 @@ dv_op dv_op_find(const char* name);
  * va_release, stream_native, fault_arm, capture_mode_swap) cannot fail: their calls are counted
  * and never failed. */
 bool dv_op_can_fail(dv_op op);
+/* The status an injected fault of `op` fails with unless told another: DEVICE_ALLOC_FAILED for
+ * pool_alloc, mem_alloc and va_map, else BACKEND_ERROR. */
+devrt_status dv_op_usual_failure(dv_op op);
 
 /* Runtimes created from now on (this process) go through the wrapper. Thread-safe. */
 void dv_fault_enable(void);
 /* Fails the nth call of `op` counted from now (1: the next one) with `status` (DEVRT_OK: the
- * op's usual failure, DEVICE_ALLOC_FAILED for pool_alloc, mem_alloc and va_map, else
- * BACKEND_ERROR); nth 0 disarms. Enables the wrapper. INVALID_ARGUMENT for an op that cannot
- * fail or a status out of range. One call of each op is armed at a time. Thread-safe. */
+ * op's usual failure, dv_op_usual_failure); nth 0 disarms. Enables the wrapper. INVALID_ARGUMENT
+ * for an op that cannot fail or a status out of range. One call of each op is armed at a time.
+ * Thread-safe. */
 devrt_status dv_fault_inject(dv_op op, uint64_t nth, devrt_status status);
 /* Calls of `op` through the wrapper since the process started (every runtime together). */
 uint64_t dv_fault_calls(dv_op op);

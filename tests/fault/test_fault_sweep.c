@@ -64,9 +64,7 @@ static void destroy(wl* w, devrt_runtime* rt) {
 static int once(int config, const char* op, uint64_t nth) {
   dv_fault_enable();
   dv_op o = op ? dv_op_find(op) : DV_OP_COUNT;
-  unsigned usual = o == DV_OP_pool_alloc || o == DV_OP_mem_alloc || o == DV_OP_va_map
-                       ? DEVRT_ERR_DEVICE_ALLOC_FAILED
-                       : DEVRT_ERR_BACKEND_ERROR;
+  unsigned usual = dv_op_usual_failure(o);
   if (op && dv_fault_inject(o, nth, DEVRT_OK) != DEVRT_OK) return FAILED;
   wl w = {.seed = (uint32_t)nth,
           .layout = true,
