@@ -130,6 +130,15 @@ static inline devrt_status t_launch(devrt_runtime* rt, devrt_stream sid, const c
   return rt->be->launch(s, k, g, b, 0, args);
 }
 
+/* A new arena leaf on rt; on a GPU whose driver lacks virtual memory management, skipped (77). */
+static inline devrt_resource* t_arena(devrt_runtime* rt) {
+  devrt_resource* r = NULL;
+  devrt_status s = devrt_arena_resource_create(rt, &r);
+  if (s == DEVRT_ERR_UNSUPPORTED && t_is_cuda(rt)) t_no_gpu(s);
+  REQUIRE_OK(s);
+  return r;
+}
+
 /* r's figures, the query checked. */
 static inline devrt_resource_figures t_figures(devrt_resource* r) {
   devrt_resource_figures f;

@@ -45,10 +45,9 @@ static void split_and_merge(devrt_runtime* rt, devrt_resource* r, devrt_stream s
  * is taken, with no page mapped (on a fresh arena: its small blocks' range is all that is held). */
 static void end_fits(devrt_runtime* rt, devrt_stream s) {
   enum { N = 80 };
-  devrt_resource* r = NULL;
+  devrt_resource* r = t_arena(rt);
   void *a[N], *b[N], *fill[64], *x = NULL, *y = NULL;
   unsigned nfill = 0;
-  REQUIRE_OK(devrt_arena_resource_create(rt, &r));
   for (int i = 0; i < N; i++) {
     REQUIRE_OK(devrt_resource_allocate(r, 4096, s, NULL, &a[i]));
     REQUIRE_OK(devrt_resource_allocate(r, 512, s, NULL, &b[i])); /* keeps the 4096s apart */
@@ -192,10 +191,7 @@ static void budget(void) {
 
 int main(void) {
   devrt_runtime* rt = t_runtime();
-  devrt_resource* r = NULL;
-  devrt_status st = devrt_arena_resource_create(rt, &r);
-  if (st == DEVRT_ERR_UNSUPPORTED && t_is_cuda(rt)) t_no_gpu(st);
-  REQUIRE_OK(st);
+  devrt_resource* r = t_arena(rt);
   devrt_stream s = acquire(rt), t = acquire(rt);
   end_fits(rt, s);
   split_and_merge(rt, r, s);

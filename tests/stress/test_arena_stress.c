@@ -123,10 +123,7 @@ static void* run(void* arg) {
 
 int main(void) {
   devrt_runtime* rt = t_runtime();
-  devrt_resource* r = NULL;
-  devrt_status s = devrt_arena_resource_create(rt, &r);
-  if (s == DEVRT_ERR_UNSUPPORTED && t_is_cuda(rt)) t_no_gpu(s);
-  REQUIRE_OK(s);
+  devrt_resource* r = t_arena(rt);
   devrt_stream st[STREAMS];
   for (unsigned i = 0; i < STREAMS; i++)
     REQUIRE_OK(devrt_stream_acquire(rt, DEVRT_ACQUIRE_FAIL, &st[i]));

@@ -29,6 +29,8 @@ CONFIGS = {
     "empty": dict(sizes=[256, 4096, 65536, 1 << 20, 16 << 20, 256 << 20], iters=20000, rounds=7),
 }
 MIB = 1 << 20
+# The arms that run devrt.torch.use(): its defaults, and "caching" (the process's DEVRT_ARENA=0).
+DEVRT_ARMS = ("devrt", "caching")
 
 
 def _models():
@@ -189,7 +191,7 @@ def run(spec):
     import devrt
 
     allocator = spec["allocator"]
-    if allocator in ("devrt", "caching"):  # caching: the process's DEVRT_ARENA=0
+    if allocator in DEVRT_ARMS:
         import devrt.torch
 
         if spec.get("log") or spec.get("budget"):
@@ -222,12 +224,12 @@ def run(spec):
             times.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss)
     doc.update(step_ms=times, losses=losses, finite=all(math.isfinite(x) for x in losses))
-    if allocator in ("devrt", "caching"):
+    if allocator in DEVRT_ARMS:
         doc["peak_reserved"] = devrt.pool()["reserved_high"]
         doc["figures"] = devrt.figures()
     else:
         doc["peak_reserved"] = torch.cuda.max_memory_reserved()
-    if spec.get("cleanup") and allocator in ("devrt", "caching"):
+    if spec.get("cleanup") and allocator in DEVRT_ARMS:
         del w, loss
         gc.collect()
         torch._C._cuda_clearCublasWorkspaces()  # PyTorch keeps cuBLAS workspaces until this
